@@ -1,0 +1,361 @@
+"""The parameter-server daemon: a grpc.aio servicer around star.aggregate + torch.optim.
+
+All decisions (which gradients to apply, with which scale, which pulls to release)
+come from `star.aggregate.Aggregator`; this module only moves bytes, runs the
+optimizer step, and parks blocked pulls on futures (so thousands of blocked pulls
+cost no threads). Everything runs on one asyncio loop, so aggregator calls between
+two `await`s are atomic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from dataclasses import dataclass
+
+import grpc
+import torch
+
+from star.aggregate import Aggregator, Effects, PushRejected, RejectCode
+from star.config import OptimizerConfig
+from star.flat import MAX_CHUNK_BYTES, WIRE_DTYPE, ChunkAssembler, FlatError, ShardRange, shard_ranges, tensor_chunks
+from star.logs import log
+from star.optim import build_optimizer
+from star.plan import PlanError
+from star.rpc import star_pb2 as pb
+from star.rpc import star_pb2_grpc as pb_grpc
+from star.rpc.common import CHANNEL_OPTIONS, plan_from_proto, write_ready_file
+
+logger = logging.getLogger("ps")
+
+_STATUS = {
+    RejectCode.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+    RejectCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+}
+
+
+@dataclass(frozen=True)
+class PSConfig:
+    """One parameter-server process."""
+
+    ps_index: int = 0  # which shard range of the flat vector this PS holds
+    num_ps: int = 1  # how many PSs split the flat vector
+    host: str = "127.0.0.1"  # bind address
+    port: int = 0  # 0 = an ephemeral port (written to the ready file)
+    optimizer: OptimizerConfig = OptimizerConfig(name="sgd", lr=0.1, momentum=0.9)
+    nonfinite: str = "reject"  # NaN/Inf gradients: reject (INVALID_ARGUMENT) | skip (counted, dropped)
+    threads: int = 1  # torch intra-op threads
+
+
+class _Rejected(Exception):
+    def __init__(self, code: grpc.StatusCode, reason: str, message: str):
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+class ShardState:
+    """The PS's slice of the flat parameter vector and the optimizer over it."""
+
+    def __init__(self, shard: ShardRange, initial: torch.Tensor, optimizer: OptimizerConfig):
+        self.range = shard
+        self.param = torch.nn.Parameter(initial.clone(), requires_grad=True)
+        self.optimizer = build_optimizer(optimizer, self.param)
+        self._snapshot: tuple[int, list[tuple[int, bytes]]] | None = None
+
+    def apply(self, gradients: list[torch.Tensor], scale: float) -> None:
+        total = gradients[0].clone() if len(gradients) == 1 else torch.stack(gradients).sum(0)
+        total.mul_(scale)
+        self.param.grad = total
+        self.optimizer.step()
+        self.param.grad = None
+
+    def snapshot(self, version: int) -> list[tuple[int, bytes]]:
+        """Wire chunks of the parameters at `version`, serialised once however many workers pull it."""
+        if self._snapshot is None or self._snapshot[0] != version:
+            self._snapshot = (version, tensor_chunks(self.param.data))
+        return self._snapshot[1]
+
+
+class ParameterServer(pb_grpc.ParameterServerServicer):
+    def __init__(self, config: PSConfig):
+        self.config = config
+        self.aggregator = Aggregator()
+        self.shard: ShardState | None = None
+        self.total_numel: int | None = None
+        self.registered: set[int] = set()
+        self.rejected: dict[str, int] = {}
+        self._gradients: dict[int, torch.Tensor] = {}
+        self._waiters: dict[int, asyncio.Future] = {}
+        self._started = time.monotonic()
+        self._first_update: float | None = None
+
+    # ---- helpers ---------------------------------------------------------------
+    def _since_first_update(self) -> float:
+        return -1.0 if self._first_update is None else time.monotonic() - self._first_update
+
+    def _require_shard(self) -> ShardState:
+        if self.shard is None:
+            raise _Rejected(grpc.StatusCode.FAILED_PRECONDITION, "not_initialized", "parameter server not initialised: send Init first")
+        return self.shard
+
+    async def _reject(self, context: grpc.aio.ServicerContext, error: _Rejected) -> None:
+        self.rejected[error.reason] = self.rejected.get(error.reason, 0) + 1
+        log(logger, logging.DEBUG, "rejected", reason=error.reason, detail=error.message)
+        await context.abort(error.code, error.message)
+
+    def _carry_out(self, effects: Effects) -> None:
+        """Apply, drop, then release: released pulls must see the new parameters."""
+        shard = self.shard
+        for apply in effects.applies:
+            gradients = [self._gradients.pop(gid) for gid in apply.gradient_ids]
+            assert shard is not None
+            shard.apply(gradients, apply.scale)
+            if self._first_update is None:
+                self._first_update = time.monotonic()
+        for drop in effects.drops:
+            self._gradients.pop(drop.gradient_id, None)
+        for worker in effects.released:
+            future = self._waiters.pop(worker, None)
+            if future is not None and not future.done():
+                future.set_result(self._pull_view())
+
+    def _pull_view(self) -> tuple[int, int, list[tuple[int, bytes]]]:
+        shard = self._require_shard()
+        version = self.aggregator.version
+        return version, max(self.aggregator.epoch, 0), shard.snapshot(version)
+
+    # ---- RPCs ------------------------------------------------------------------
+    async def Register(self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext) -> pb.RegisterReply:
+        if self.total_numel is not None and request.total_numel != self.total_numel:
+            await self._reject(
+                context,
+                _Rejected(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "layout_mismatch",
+                    f"total_numel {request.total_numel} does not match this job's model ({self.total_numel} elements)",
+                ),
+            )
+        self.registered.add(request.worker_id)
+        reply = pb.RegisterReply(initialized=self.shard is not None, ps_index=self.config.ps_index, num_ps=self.config.num_ps)
+        if self.shard is not None:
+            reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end
+            reply.total_numel = self.total_numel or 0
+        return reply
+
+    async def Init(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.InitReply:
+        try:
+            header, shard_range, assembler = None, None, None
+            async for message in request_iterator:
+                if message.HasField("header"):
+                    if header is not None:
+                        raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream has two headers")
+                    header = message.header
+                    if header.dtype != WIRE_DTYPE:
+                        raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_dtype", f"dtype {header.dtype!r} is not {WIRE_DTYPE}")
+                    if self.total_numel is not None and header.total_numel != self.total_numel:
+                        raise _Rejected(
+                            grpc.StatusCode.FAILED_PRECONDITION,
+                            "layout_mismatch",
+                            f"already initialised with total_numel {self.total_numel}, got {header.total_numel}",
+                        )
+                    try:
+                        shard_range = shard_ranges(header.total_numel, self.config.num_ps)[self.config.ps_index]
+                    except FlatError as exc:
+                        raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_layout", str(exc)) from None
+                    assembler = ChunkAssembler(shard_range.numel)
+                elif assembler is None:
+                    raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream must start with a header")
+                else:
+                    self._add_chunk(assembler, message.chunk)
+            if assembler is None or header is None or shard_range is None:
+                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream had no header")
+            initial = self._finish(assembler)
+        except _Rejected as error:
+            await self._reject(context, error)
+            raise  # unreachable: abort raises
+        if self.shard is not None:
+            return pb.InitReply(applied=False, version=self.aggregator.version)
+        self.total_numel = header.total_numel
+        self.shard = ShardState(shard_range, initial, self.config.optimizer)
+        log(logger, logging.INFO, "initialised", range=f"[{shard_range.start},{shard_range.end})", numel=shard_range.numel)
+        return pb.InitReply(applied=True, version=self.aggregator.version)
+
+    def _add_chunk(self, assembler: ChunkAssembler, chunk: pb.TensorChunk) -> None:
+        if len(chunk.data) > MAX_CHUNK_BYTES:
+            raise _Rejected(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "oversized_chunk",
+                f"chunk of {len(chunk.data)} bytes exceeds the {MAX_CHUNK_BYTES}-byte limit",
+            )
+        try:
+            assembler.add(chunk.offset, chunk.data)
+        except FlatError as exc:
+            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_chunk", str(exc)) from None
+
+    @staticmethod
+    def _finish(assembler: ChunkAssembler) -> torch.Tensor:
+        try:
+            return assembler.finish()
+        except FlatError as exc:
+            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_length", str(exc)) from None
+
+    async def Push(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.PushReply:
+        try:
+            header, gradient = await self._receive_push(request_iterator)
+            usable = bool(torch.isfinite(gradient).all())
+            if not usable and self.config.nonfinite == "reject":
+                raise _Rejected(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "nonfinite",
+                    f"gradient from worker {header.worker_id} has NaN/Inf values (nonfinite=reject)",
+                )
+            try:
+                outcome = self.aggregator.push(header.worker_id, header.plan_epoch, header.base_version, usable=usable)
+            except PushRejected as exc:
+                raise _Rejected(_STATUS[exc.code], exc.reason, exc.message) from None
+        except _Rejected as error:
+            await self._reject(context, error)
+            raise
+        if usable:
+            self._gradients[outcome.gradient_id] = gradient
+        self._carry_out(outcome.effects)
+        return pb.PushReply(status=outcome.status.value, version=self.aggregator.version, gradient_id=outcome.gradient_id)
+
+    async def _receive_push(self, request_iterator) -> tuple[pb.PushHeader, torch.Tensor]:
+        shard = self._require_shard()
+        header, assembler = None, None
+        async for message in request_iterator:
+            if message.HasField("header"):
+                if header is not None:
+                    raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream has two headers")
+                header = message.header
+                if header.worker_id not in self.registered:
+                    raise _Rejected(
+                        grpc.StatusCode.NOT_FOUND, "unknown_worker", f"unknown worker {header.worker_id}: call Register first"
+                    )
+                if header.dtype != WIRE_DTYPE:
+                    raise _Rejected(
+                        grpc.StatusCode.INVALID_ARGUMENT, "bad_dtype", f"dtype {header.dtype!r} is not {WIRE_DTYPE}"
+                    )
+                if header.numel != shard.range.numel:
+                    raise _Rejected(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "bad_length",
+                        f"numel {header.numel} does not match this shard's length {shard.range.numel}",
+                    )
+                assembler = ChunkAssembler(shard.range.numel)
+            elif assembler is None:
+                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream must start with a header")
+            else:
+                self._add_chunk(assembler, message.chunk)
+        if header is None or assembler is None:
+            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream had no header")
+        return header, self._finish(assembler)
+
+    async def Pull(self, request: pb.PullRequest, context: grpc.aio.ServicerContext):
+        try:
+            shard = self._require_shard()
+        except _Rejected as error:
+            await self._reject(context, error)
+            raise
+        worker = request.worker_id
+        if request.observer:
+            view = self._pull_view()
+        elif self.aggregator.pull(worker).ready:
+            view = self._pull_view()
+        else:
+            previous = self._waiters.pop(worker, None)
+            if previous is not None and not previous.done():
+                previous.cancel()
+            future = asyncio.get_running_loop().create_future()
+            self._waiters[worker] = future
+            try:
+                view = await future
+            except asyncio.CancelledError:
+                if self._waiters.get(worker) is future:
+                    del self._waiters[worker]
+                    self.aggregator.cancel_pull(worker)
+                raise
+        version, epoch, chunks = view
+        yield pb.PullReply(
+            header=pb.PullHeader(
+                version=version,
+                plan_epoch=epoch,
+                numel=shard.range.numel,
+                dtype=WIRE_DTYPE,
+                range_start=shard.range.start,
+                since_first_update_s=self._since_first_update(),
+            )
+        )
+        for offset, data in chunks:
+            yield pb.PullReply(chunk=pb.TensorChunk(offset=offset, data=data))
+
+    async def ConfigurePlan(self, request: pb.Plan, context: grpc.aio.ServicerContext) -> pb.ConfigureReply:
+        try:
+            plan = plan_from_proto(request)
+        except PlanError as exc:
+            await self._reject(context, _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: {exc}"))
+            raise
+        try:
+            effects = self.aggregator.configure(plan)
+        except PushRejected as exc:
+            await self._reject(context, _Rejected(_STATUS[exc.code], exc.reason, exc.message))
+            raise
+        if effects.applies and self.shard is None:  # cannot happen: no push is accepted before Init
+            raise RuntimeError("updates to apply before initialisation")
+        self._carry_out(effects)
+        log(logger, logging.INFO, "plan switched", plan=plan.describe(), flushed=len(effects.applies), released=len(effects.released))
+        return pb.ConfigureReply(
+            epoch=plan.epoch, version=self.aggregator.version, released=len(effects.released), flushed=len(effects.applies)
+        )
+
+    async def Stats(self, request: pb.StatsRequest, context: grpc.aio.ServicerContext) -> pb.PsStats:
+        agg = self.aggregator
+        counts = agg.accounting()
+        counters = {k: v for k, v in agg.counters.items()}
+        counters.update({f"rejected_{k}": v for k, v in self.rejected.items()})
+        reply = pb.PsStats(
+            ps_index=self.config.ps_index,
+            version=agg.version,
+            plan_epoch=max(agg.epoch, 0),
+            plan=agg.plan.describe() if agg.plan else "",
+            accepted=counts["accepted"],
+            applied=counts["applied"],
+            dropped=counts["dropped"],
+            pending=counts["pending"],
+            counters=counters,
+            staleness={int(k): v for k, v in agg.staleness_histogram.items()},
+            since_first_update_s=self._since_first_update(),
+            waiting_pulls=len(agg.waiting),
+        )
+        if self.shard is not None:
+            reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end
+        return reply
+
+    async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthReply:
+        import os
+
+        return pb.HealthReply(status="serving", role="ps", uptime_s=time.monotonic() - self._started, pid=os.getpid())
+
+
+async def serve(config: PSConfig, ready_file: str | None = None) -> None:
+    """Run until SIGINT/SIGTERM, then stop accepting RPCs and exit cleanly."""
+    torch.set_num_threads(config.threads)
+    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    servicer = ParameterServer(config)
+    pb_grpc.add_ParameterServerServicer_to_server(servicer, server)
+    port = server.add_insecure_port(f"{config.host}:{config.port}")
+    if port == 0:
+        raise SystemExit(f"ps{config.ps_index}: could not bind {config.host}:{config.port}")
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    write_ready_file(ready_file, port=port, role="ps", index=config.ps_index)
+    log(logger, logging.INFO, "serving", address=f"{config.host}:{port}", ps_index=config.ps_index, num_ps=config.num_ps)
+    await stop.wait()
+    log(logger, logging.INFO, "shutting down", **servicer.aggregator.accounting())
+    await server.stop(grace=1.0)

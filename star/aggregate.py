@@ -1,0 +1,324 @@
+"""The pure state machine that applies a SyncPlan to gradient arrivals.
+
+Arrivals and pull requests go in; decisions (apply these gradients with this scale,
+drop that one, release those blocked pulls) come out. No tensors, threads, clocks or
+gRPC live here, so every mode and every switch between modes is unit-tested directly.
+The parameter server holds the gradient payloads by id and carries the decisions out.
+
+Protocol, per worker: pull (may block) -> compute -> push -> pull -> ...
+- A pull records which round of its group the worker is computing for, and the
+  parameter version it received.
+- A push must follow a pull under the same plan epoch. It joins its group's open round
+  if the round it was computed for is still open; otherwise it is *late* and is
+  applied alone (staleness recorded) or dropped, by the plan's late policy.
+- A round closes when `quorum` of its group's gradients arrived: their sum is applied
+  (scaled per the plan) and the version is bumped.
+- A pull blocks while the worker has a gradient in an open round, or (SSP) while the
+  worker is more than `staleness_bound` pushes ahead of the slowest worker of the plan.
+- A new plan (higher epoch) closes every open round first: gradients already received
+  are applied under the old plan and their workers released; then the new plan rules.
+
+Invariant (property-tested): accepted == applied + dropped + pending, where every
+accepted gradient ends up applied exactly once or dropped with a reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+
+from star.plan import LatePolicy, Scale, SyncPlan
+
+
+class RejectCode(str, Enum):
+    FAILED_PRECONDITION = "failed_precondition"
+    INVALID_ARGUMENT = "invalid_argument"
+
+
+class PushRejected(Exception):
+    """A push that changes no state; `reason` is a short key for counters."""
+
+    def __init__(self, code: RejectCode, reason: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+class PushStatus(str, Enum):
+    PENDING = "pending"  # waiting in an open round
+    APPLIED = "applied"  # closed a round and was applied with it
+    LATE_APPLIED = "late_applied"
+    LATE_DROPPED = "late_dropped"
+    SKIPPED_NONFINITE = "skipped_nonfinite"  # counted as an arrival, its payload dropped
+
+
+@dataclass(frozen=True)
+class Apply:
+    """Sum these gradients, multiply by `scale`, take one optimizer step; version += 1."""
+
+    gradient_ids: tuple[int, ...]
+    scale: float
+    staleness: tuple[int, ...]
+    version_after: int
+    late: bool = False
+
+
+@dataclass(frozen=True)
+class Drop:
+    gradient_id: int
+    reason: str
+
+
+@dataclass
+class Effects:
+    """What the PS must do, in order: applies (then) release the listed pulls."""
+
+    applies: list[Apply] = field(default_factory=list)
+    drops: list[Drop] = field(default_factory=list)
+    released: list[int] = field(default_factory=list)
+
+    def extend(self, other: "Effects") -> None:
+        self.applies.extend(other.applies)
+        self.drops.extend(other.drops)
+        self.released.extend(other.released)
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    gradient_id: int
+    status: PushStatus
+    effects: Effects
+
+
+@dataclass(frozen=True)
+class PullOutcome:
+    ready: bool
+    version: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class _Arrival:
+    gradient_id: int
+    worker: int
+    base_version: int
+    usable: bool
+
+
+@dataclass(frozen=True)
+class _PullRecord:
+    round: int
+    version: int
+
+
+class Aggregator:
+    """Applies one SyncPlan at a time to a stream of pulls and pushes."""
+
+    def __init__(self, plan: SyncPlan | None = None):
+        self.plan: SyncPlan | None = None
+        self.version = 0
+        self.counters: Counter[str] = Counter()
+        self.staleness_histogram: Counter[int] = Counter()
+        self.clock: dict[int, int] = {}
+        self._group_of: dict[int, int] = {}
+        self._round: list[int] = []
+        self._open: list[list[_Arrival]] = []
+        self._pulled: dict[int, _PullRecord] = {}
+        self._waiting: set[int] = set()
+        self._next_id = 0
+        if plan is not None:
+            self.configure(plan)
+
+    # ---- queries ---------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        return -1 if self.plan is None else self.plan.epoch
+
+    @property
+    def pending(self) -> int:
+        return sum(len(arrivals) for arrivals in self._open)
+
+    @property
+    def waiting(self) -> frozenset[int]:
+        return frozenset(self._waiting)
+
+    def accounting(self) -> dict[str, int]:
+        c = self.counters
+        return {
+            "accepted": c["accepted"],
+            "applied": c["applied"],
+            "dropped": c["dropped"],
+            "pending": self.pending,
+            "updates": self.version,
+        }
+
+    # ---- pulls -----------------------------------------------------------------
+    def pull(self, worker: int) -> PullOutcome:
+        """A worker asks for parameters; blocked pulls are released later via Effects."""
+        if self._pull_ready(worker):
+            self._record_pull(worker)
+            self._waiting.discard(worker)
+            return PullOutcome(True, self.version, self.epoch)
+        self._waiting.add(worker)
+        return PullOutcome(False, self.version, self.epoch)
+
+    def cancel_pull(self, worker: int) -> None:
+        """The puller went away (deadline, disconnect); it no longer needs releasing."""
+        self._waiting.discard(worker)
+
+    # ---- pushes ----------------------------------------------------------------
+    def push(self, worker: int, epoch: int, base_version: int | None = None, usable: bool = True) -> PushOutcome:
+        """Validate, then account for one gradient. Raises PushRejected with no state change."""
+        record = self._validate_push(worker, epoch, base_version)
+        plan = self.plan
+        assert plan is not None
+        gradient_id = self._next_id
+        self._next_id += 1
+        self.counters["accepted"] += 1
+        self.clock[worker] = self.clock.get(worker, 0) + 1
+        del self._pulled[worker]
+        group = self._group_of[worker]
+        effects = Effects()
+        arrival = _Arrival(gradient_id, worker, record.version, usable)
+
+        if record.round == self._round[group]:
+            self._open[group].append(arrival)
+            if not usable:
+                status = PushStatus.SKIPPED_NONFINITE
+            else:
+                status = PushStatus.PENDING
+            if len(self._open[group]) >= plan.quorum[group]:
+                effects.extend(self._close_round(group))
+                if usable:
+                    status = PushStatus.APPLIED
+        elif not usable:
+            effects.drops.append(self._drop(gradient_id, "nonfinite"))
+            status = PushStatus.SKIPPED_NONFINITE
+        elif plan.late_policy is LatePolicy.APPLY:
+            effects.applies.append(self._apply([arrival], scale=self._late_scale(plan), late=True))
+            status = PushStatus.LATE_APPLIED
+        else:
+            effects.drops.append(self._drop(gradient_id, "late"))
+            status = PushStatus.LATE_DROPPED
+        effects.released.extend(self._release_ready())
+        return PushOutcome(gradient_id, status, effects)
+
+    # ---- plan changes ----------------------------------------------------------
+    def configure(self, plan: SyncPlan) -> Effects:
+        """Switch plans at a round boundary: close open rounds under the old plan first."""
+        if self.plan is not None and plan.epoch <= self.plan.epoch:
+            raise PushRejected(
+                RejectCode.FAILED_PRECONDITION,
+                "stale_plan",
+                f"plan epoch {plan.epoch} is not newer than the plan in force (epoch {self.plan.epoch})",
+            )
+        effects = Effects()
+        for group in range(len(self._open)):
+            if self._open[group]:
+                effects.extend(self._close_round(group))
+        known_clocks = [self.clock[w] for w in plan.workers if w in self.clock]
+        floor = min(known_clocks) if known_clocks else 0
+        for worker in plan.workers:
+            self.clock.setdefault(worker, floor)
+        self.plan = plan
+        self._group_of = plan.group_of()
+        self._round = [0] * len(plan.groups)
+        self._open = [[] for _ in plan.groups]
+        self._pulled.clear()
+        self.counters["plan_switches"] += 1
+        effects.released.extend(self._release_ready())
+        return effects
+
+    # ---- internals -------------------------------------------------------------
+    def _validate_push(self, worker: int, epoch: int, base_version: int | None) -> _PullRecord:
+        fp, inv = RejectCode.FAILED_PRECONDITION, RejectCode.INVALID_ARGUMENT
+        if self.plan is None:
+            raise PushRejected(fp, "no_plan", "no sync plan configured yet; the coordinator sends one at start")
+        if epoch > self.plan.epoch:
+            raise PushRejected(
+                inv, "future_epoch", f"push epoch {epoch} is newer than the plan in force (epoch {self.plan.epoch})"
+            )
+        if epoch < self.plan.epoch:
+            raise PushRejected(
+                fp,
+                "stale_epoch",
+                f"push epoch {epoch} is older than the plan in force (epoch {self.plan.epoch}); pull again",
+            )
+        if worker not in self._group_of:
+            raise PushRejected(fp, "not_in_plan", f"worker {worker} is not in the plan in force ({self.plan.describe()})")
+        record = self._pulled.get(worker)
+        if record is None:
+            raise PushRejected(
+                fp, "push_without_pull", f"worker {worker} pushed without a pull under epoch {epoch} (duplicate push?)"
+            )
+        if base_version is not None and base_version != record.version:
+            raise PushRejected(
+                inv,
+                "base_version_mismatch",
+                f"base_version {base_version} does not match the version {record.version} worker {worker} last pulled",
+            )
+        return record
+
+    def _pull_ready(self, worker: int) -> bool:
+        if self.plan is None or worker not in self._group_of:
+            return True
+        group = self._group_of[worker]
+        if any(a.worker == worker for a in self._open[group]):
+            return False
+        bound = self.plan.staleness_bound
+        if bound is None:
+            return True
+        slowest = min(self.clock.get(w, 0) for w in self.plan.workers)
+        return self.clock.get(worker, 0) - slowest <= bound
+
+    def _record_pull(self, worker: int) -> None:
+        if self.plan is not None and worker in self._group_of:
+            group = self._group_of[worker]
+            self._pulled[worker] = _PullRecord(self._round[group], self.version)
+
+    def _release_ready(self) -> list[int]:
+        released = sorted(w for w in self._waiting if self._pull_ready(w))
+        for worker in released:
+            self._waiting.discard(worker)
+            self._record_pull(worker)
+        return released
+
+    def _close_round(self, group: int) -> Effects:
+        plan = self.plan
+        assert plan is not None
+        arrivals = self._open[group]
+        self._open[group] = []
+        self._round[group] += 1
+        effects = Effects()
+        usable = [a for a in arrivals if a.usable]
+        for arrival in arrivals:
+            if not arrival.usable:
+                effects.drops.append(self._drop(arrival.gradient_id, "nonfinite"))
+        if usable:
+            if plan.scale is Scale.PER_ARRIVALS:
+                scale = 1.0 / len(usable)
+            else:
+                scale = 1.0 / plan.total_workers
+            effects.applies.append(self._apply(usable, scale=scale, late=False))
+        self.counters["rounds"] += 1
+        return effects
+
+    def _late_scale(self, plan: SyncPlan) -> float:
+        return 1.0 if plan.scale is Scale.PER_ARRIVALS else 1.0 / plan.total_workers
+
+    def _apply(self, arrivals: list[_Arrival], scale: float, late: bool) -> Apply:
+        staleness = tuple(self.version - a.base_version for a in arrivals)
+        for s in staleness:
+            self.staleness_histogram[s] += 1
+        self.version += 1
+        self.counters["applied"] += len(arrivals)
+        if late:
+            self.counters["late_applied"] += 1
+        return Apply(tuple(a.gradient_id for a in arrivals), scale, staleness, self.version, late)
+
+    def _drop(self, gradient_id: int, reason: str) -> Drop:
+        self.counters["dropped"] += 1
+        self.counters[f"dropped_{reason}"] += 1
+        return Drop(gradient_id, reason)

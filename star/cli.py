@@ -1,0 +1,127 @@
+"""The `star` command: a thin entry point that maps flags onto configs and calls one function."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from star.cli_args import add_config_args, config_from_args
+from star.config import ConfigError, JobConfig, load_toml
+
+# Short flags of the launch contract, as aliases of the dotted config fields.
+LAUNCH_ALIASES = {
+    "--mode": ("plan.mode", "sync mode: ssgd | asgd | kofn | grouped | ssp | exclude"),
+    "--k": ("plan.k", "k-of-N quorum (default N-1)"),
+    "--groups": ("plan.groups", "grouped mode, e.g. '0,1;2,3' (default two halves)"),
+    "--staleness": ("plan.staleness", "SSP staleness bound (default 2)"),
+    "--trace": ("trace.path", "slowdown trace (Alibaba PAI CSV or iteration,worker,factor CSV)"),
+}
+
+
+def _launch_parser(sub) -> None:
+    p = sub.add_parser("launch", help="run a whole job on this host (PSs, coordinator, workers)")
+    p.add_argument("--config", help="TOML file of JobConfig fields; flags override it")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    for flag, (dest, help_text) in LAUNCH_ALIASES.items():
+        p.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=help_text)
+    add_config_args(p, JobConfig)
+    p.set_defaults(handler=_run_launch)
+
+
+def _run_launch(args: argparse.Namespace) -> int:
+    from star.launch import LaunchError, launch
+
+    base = load_toml(args.config) if args.config else {}
+    config = config_from_args(JobConfig, args, base)
+    progress = None if args.quiet else (lambda line: print(line, flush=True))
+    print(f"star launch: task={config.task} workers={config.workers} ps={config.ps} mode={config.plan.mode} out={config.out}", flush=True)
+    try:
+        result = launch(config, progress=progress)
+    except LaunchError as exc:
+        print(f"star launch: failed: {exc}", file=sys.stderr)
+        return 1
+    summary = {k: result.get(k) for k in ("task", "mode", "reached", "tta_s", "final_metric", "iterations", "updates", "wall_s")}
+    print("result: " + json.dumps(summary))
+    return 130 if result.get("interrupted") else 0
+
+
+def _ps_parser(sub) -> None:
+    from ps_server.server import PSConfig
+
+    p = sub.add_parser("ps", help="run one parameter-server daemon")
+    p.add_argument("--ready-file", help="write {port, pid} here once serving")
+    add_config_args(p, PSConfig)
+    p.set_defaults(handler=_run_ps)
+
+
+def _run_ps(args: argparse.Namespace) -> int:
+    from ps_server.server import PSConfig, serve
+    from star.logs import setup_logging
+
+    config = config_from_args(PSConfig, args)
+    setup_logging(f"ps{config.ps_index}")
+    if config.optimizer.name is None or config.optimizer.lr is None:
+        raise ConfigError("optimizer", config.optimizer, "the PS needs optimizer.name and optimizer.lr")
+    asyncio.run(serve(config, args.ready_file))
+    return 0
+
+
+def _worker_parser(sub) -> None:
+    from worker.worker import WorkerConfig
+
+    p = sub.add_parser("worker", help="run one worker daemon")
+    add_config_args(p, WorkerConfig)
+    p.set_defaults(handler=_run_worker)
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    from star.logs import setup_logging
+    from worker.worker import WorkerConfig, run_worker
+
+    config = config_from_args(WorkerConfig, args)
+    setup_logging(f"worker{config.worker_id}")
+    return run_worker(config)
+
+
+def _coordinator_parser(sub) -> None:
+    from star.coordinator import CoordinatorConfig
+
+    p = sub.add_parser("coordinator", help="run the coordinator (and evaluator) daemon")
+    p.add_argument("--ready-file", help="write {port, pid} here once serving")
+    add_config_args(p, CoordinatorConfig)
+    p.set_defaults(handler=_run_coordinator)
+
+
+def _run_coordinator(args: argparse.Namespace) -> int:
+    from star.coordinator import CoordinatorConfig, run_coordinator
+    from star.logs import setup_logging
+
+    config = config_from_args(CoordinatorConfig, args)
+    setup_logging("coordinator")
+    return run_coordinator(config, args.ready_file)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="star", description="STAR: straggler-tolerant parameter-server training")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _launch_parser(sub)
+    _ps_parser(sub)
+    _worker_parser(sub)
+    _coordinator_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except ConfigError as exc:
+        print(f"star {args.command}: bad config: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

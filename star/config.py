@@ -1,0 +1,289 @@
+"""Frozen, documented dataclass configs, loadable from TOML and mapped onto CLI flags.
+
+Every field is checked at start (`__post_init__`), and a bad value fails with the
+field's dotted name (`plan.k`, `optimizer.lr`), before any process is spawned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from star.plan import MODES, PlanError, SyncPlan, parse_groups, plan_for_mode
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+NONFINITE_POLICIES = ("reject", "skip")
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; `field` is its dotted name."""
+
+    def __init__(self, field_name: str, value: Any, reason: str):
+        super().__init__(f"{field_name}={value!r}: {reason}")
+        self.field = field_name
+        self.value = value
+
+
+def _require(condition: bool, field_name: str, value: Any, reason: str) -> None:
+    if not condition:
+        raise ConfigError(field_name, value, reason)
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The torch.optim optimizer each PS runs over its shard. None = the task's default."""
+
+    name: str | None = None  # sgd | adam | adamw
+    lr: float | None = None  # learning rate
+    momentum: float | None = None  # SGD momentum
+    nesterov: bool = False  # SGD Nesterov momentum (needs momentum > 0)
+    weight_decay: float = 0.0  # L2 (SGD, Adam) or decoupled (AdamW) weight decay
+    beta1: float = 0.9  # Adam/AdamW first-moment decay
+    beta2: float = 0.999  # Adam/AdamW second-moment decay
+    eps: float = 1e-8  # Adam/AdamW denominator epsilon
+
+    def __post_init__(self) -> None:
+        _require(self.name is None or self.name in OPTIMIZERS, "optimizer.name", self.name, f"one of {OPTIMIZERS}")
+        _require(self.lr is None or (math.isfinite(self.lr) and self.lr > 0), "optimizer.lr", self.lr, "must be > 0")
+        _require(self.momentum is None or 0 <= self.momentum < 1, "optimizer.momentum", self.momentum, "in [0, 1)")
+        _require(self.weight_decay >= 0, "optimizer.weight_decay", self.weight_decay, "must be >= 0")
+        _require(0 <= self.beta1 < 1, "optimizer.beta1", self.beta1, "in [0, 1)")
+        _require(0 <= self.beta2 < 1, "optimizer.beta2", self.beta2, "in [0, 1)")
+        _require(self.eps > 0, "optimizer.eps", self.eps, "must be > 0")
+
+    def resolved(self, name: str, lr: float, momentum: float) -> "OptimizerConfig":
+        """Fill unset fields with a task's defaults."""
+        resolved = dataclasses.replace(
+            self,
+            name=self.name or name,
+            lr=self.lr if self.lr is not None else lr,
+            momentum=self.momentum if self.momentum is not None else momentum,
+        )
+        _require(
+            not resolved.nesterov or (resolved.name == "sgd" and (resolved.momentum or 0) > 0),
+            "optimizer.nesterov",
+            True,
+            "needs optimizer.name='sgd' and momentum > 0",
+        )
+        return resolved
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """The synchronisation mode a job starts in (see star.plan)."""
+
+    mode: str = "ssgd"  # ssgd | asgd | kofn | grouped | ssp | exclude
+    k: int | None = None  # k-of-N quorum; default N-1
+    groups: str | None = None  # grouped mode: "0,1;2,3"; default two halves
+    staleness: int = 2  # SSP staleness bound (pushes ahead of the slowest)
+    late_policy: str = "apply"  # k-of-N late gradients: apply (staleness recorded) | drop
+
+    def __post_init__(self) -> None:
+        _require(self.mode in MODES, "plan.mode", self.mode, f"one of {', '.join(MODES)}")
+        _require(self.k is None or self.k >= 1, "plan.k", self.k, "must be >= 1")
+        _require(self.staleness >= 0, "plan.staleness", self.staleness, "must be >= 0")
+        _require(self.late_policy in ("apply", "drop"), "plan.late_policy", self.late_policy, "apply | drop")
+        if self.groups is not None:
+            try:
+                parse_groups(self.groups)
+            except PlanError as exc:
+                raise ConfigError("plan.groups", self.groups, str(exc)) from None
+
+    def build(self, num_workers: int, epoch: int = 1) -> SyncPlan:
+        from star.plan import LatePolicy
+
+        try:
+            plan = plan_for_mode(
+                self.mode, num_workers, k=self.k, groups=self.groups, staleness=self.staleness, epoch=epoch
+            )
+        except PlanError as exc:
+            raise ConfigError(f"plan.{_plan_field(str(exc))}", getattr(self, _plan_field(str(exc)), None), str(exc))
+        if self.late_policy != plan.late_policy.value:
+            plan = dataclasses.replace(plan, late_policy=LatePolicy(self.late_policy))
+        return plan
+
+
+def _plan_field(message: str) -> str:
+    for name in ("k", "groups", "staleness", "mode"):
+        if message.startswith(name):
+            return name
+    return "mode"
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    """A slowdown trace replayed by the workers (see star.traces)."""
+
+    path: str | None = None  # Alibaba PAI CSV or the project's iteration,worker,factor CSV
+    workers: str | None = None  # trace workers for run workers 0..N-1, e.g. "3,4,5,6"; default the first N
+    stretch: float = 1.0  # multiplies trace iteration numbers (0.1 plays 3,000 iterations over 300)
+
+    def __post_init__(self) -> None:
+        _require(self.stretch > 0 and math.isfinite(self.stretch), "trace.stretch", self.stretch, "must be > 0")
+        if self.path is not None:
+            _require(Path(self.path).is_file(), "trace.path", self.path, "no such file")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """One training job as `star launch` runs it."""
+
+    task: str = "digits"  # built-in task name or "module:function"
+    workers: int = 4  # number of worker processes
+    ps: int = 2  # number of parameter-server processes (shards)
+    out: str = "runs/latest"  # output directory (result.json, curve.csv, events.jsonl, logs/)
+    seed: int = 0  # model init and data shuffling
+    batch_size: int | None = None  # per worker per iteration; default the task's
+    target: float | None = None  # metric target; default the task's
+    max_time_s: float = 120.0  # stop training after this many seconds even if the target is not reached
+    eval_period_s: float = 0.5  # evaluator period
+    stop_at_target: bool = True  # end the job as soon as the target is reached
+    host: str = "127.0.0.1"  # address every daemon binds to
+    threads_per_process: int = 1  # torch intra-op threads in each worker / PS
+    nonfinite: str = "reject"  # PS policy for NaN/Inf gradients: reject | skip
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
+
+    def __post_init__(self) -> None:
+        _require(self.workers >= 1, "workers", self.workers, "must be >= 1")
+        _require(self.ps >= 1, "ps", self.ps, "must be >= 1")
+        _require(self.batch_size is None or self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        _require(self.max_time_s > 0, "max_time_s", self.max_time_s, "must be > 0")
+        _require(self.eval_period_s > 0, "eval_period_s", self.eval_period_s, "must be > 0")
+        _require(self.threads_per_process >= 1, "threads_per_process", self.threads_per_process, "must be >= 1")
+        _require(self.nonfinite in NONFINITE_POLICIES, "nonfinite", self.nonfinite, f"one of {NONFINITE_POLICIES}")
+        if self.plan.k is not None:
+            _require(self.plan.k <= self.workers, "plan.k", self.plan.k, f"must be <= workers ({self.workers})")
+        self.plan.build(self.workers)  # fails early on groups that do not match the workers
+
+
+# ------------------------------------------------------------------ dict / TOML / CLI mapping
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Build a (nested) config dataclass from plain data, naming unknown or mistyped fields."""
+    if not isinstance(data, dict):
+        raise ConfigError(prefix.rstrip(".") or cls.__name__, data, "expected a table")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name not in fields:
+            raise ConfigError(prefix + key, value, f"unknown field; known: {', '.join(fields)}")
+        kwargs[name] = _coerce(hints[name], value, prefix + name)
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, dotted: str) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value, dotted + ".")
+    if typing.get_origin(hint) is tuple:
+        items = value.split(",") if isinstance(value, str) else list(value)
+        return tuple(str(item).strip() for item in items if str(item).strip())
+    allowed = _base_types(hint)
+    if value is None:
+        if type(None) in allowed:
+            return None
+        raise ConfigError(dotted, value, "must be set")
+    if bool in allowed:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(dotted, value, "expected true or false")
+    for kind in (int, float, str):
+        if kind in allowed:
+            try:
+                if kind is int and isinstance(value, float) and not value.is_integer():
+                    raise ValueError
+                return kind(value)
+            except (TypeError, ValueError):
+                raise ConfigError(dotted, value, f"expected {kind.__name__}") from None
+    return value
+
+
+def _base_types(hint: Any) -> tuple[type, ...]:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return tuple(typing.get_args(hint))
+    return (hint,)
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError("config", str(path), "no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("config", str(path), f"not valid TOML: {exc}") from None
+
+
+def to_toml(config: Any) -> str:
+    """Write a config back as TOML (scalars first, then one table per nested config)."""
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for key, value in to_dict(config).items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        elif value is not None:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for name, table in tables:
+        lines.append(f"\n[{name}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None)
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge two plain dicts (CLI flags over a TOML file)."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def dotted_to_nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """{'plan.mode': 'kofn'} -> {'plan': {'mode': 'kofn'}}."""
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        parts = key.split(".")
+        node = nested
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return nested
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Field name -> the trailing comment that documents it in this file (for --help)."""
+    import inspect
+
+    docs: dict[str, str] = {}
+    for line in inspect.getsource(cls).splitlines():
+        stripped = line.strip()
+        if ":" in stripped and "#" in stripped and not stripped.startswith(("#", "def", '"')):
+            name = stripped.split(":", 1)[0].strip()
+            docs[name] = stripped.split("#", 1)[1].strip()
+    return docs

@@ -1,0 +1,333 @@
+"""The coordinator daemon: one per job. Owns the plan, hears every worker, runs the evaluator.
+
+It sends the initial plan to every PS, answers each worker's per-iteration report with
+directives, evaluates the PSs' parameters on a fixed period, decides when the job is
+done (target reached or time up), and writes curve.csv, events.jsonl and result.json.
+Decision logic stays in pure functions (`star.evaluator.time_to_target`,
+`ClusterView`), so this module is wiring.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections import deque
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from star.config import PlanConfig
+from star.evaluator import CurveWriter, EvalPoint, Evaluator, time_to_target
+from star.events import EventLog
+from star.logs import log
+from star.plan import SyncPlan
+from star.rpc import star_pb2 as pb
+from star.rpc import star_pb2_grpc as pb_grpc
+from star.rpc.common import CHANNEL_OPTIONS, write_ready_file
+from star.rpc.ps_client import PSClient
+from star.tasks import get_task
+
+logger = logging.getLogger("coordinator")
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """One coordinator process."""
+
+    ps_addresses: tuple[str, ...] = ()  # every PS, in ps_index order
+    num_workers: int = 1  # workers expected to join
+    task: str = "digits"
+    seed: int = 0
+    target: float | None = None  # default the task's
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    max_time_s: float = 120.0  # training seconds (from the first update) before the job stops
+    startup_timeout_s: float = 180.0  # the first update must happen within this
+    eval_period_s: float = 0.5
+    stop_at_target: bool = True
+    out: str = "runs/latest"
+    host: str = "127.0.0.1"
+    port: int = 0
+    report_window: int = 20  # per-worker reports kept for statistics
+
+
+class ClusterView:
+    """What the coordinator knows about the workers: the latest reports, per worker."""
+
+    def __init__(self, num_workers: int, window: int):
+        self.num_workers = num_workers
+        self.reports: dict[int, deque[pb.IterationReport]] = {}
+        self.window = window
+        self.joined: set[int] = set()
+        self.ignored: dict[str, int] = {}
+        self._first_report_s: float | None = None
+
+    def accept(self, report: pb.IterationReport, now_s: float) -> bool:
+        """Record a report; reports from unknown workers, or going backwards, are counted and ignored."""
+        if report.worker_id >= self.num_workers:
+            return self._ignore("unknown_worker")
+        history = self.reports.setdefault(report.worker_id, deque(maxlen=self.window))
+        if history and report.iteration <= history[-1].iteration:
+            return self._ignore("out_of_order")
+        if min(report.compute_s, report.push_s, report.pull_s) < 0:
+            return self._ignore("negative_time")
+        history.append(report)
+        if self._first_report_s is None:
+            self._first_report_s = now_s
+        return True
+
+    def _ignore(self, reason: str) -> bool:
+        self.ignored[reason] = self.ignored.get(reason, 0) + 1
+        return False
+
+    def max_iteration(self) -> int:
+        return max((h[-1].iteration for h in self.reports.values() if h), default=0)
+
+    def total_iterations(self) -> int:
+        return sum(h[-1].iteration for h in self.reports.values() if h)
+
+
+class CoordinatorService(pb_grpc.CoordinatorServicer):
+    def __init__(self, config: CoordinatorConfig, events: EventLog):
+        self.config = config
+        self.events = events
+        self.cluster = ClusterView(config.num_workers, config.report_window)
+        self.directives: dict[int, pb.Directives] = {}
+        self.lock = threading.Lock()
+        self.started = time.monotonic()
+        self.state = "starting"
+        self.reason = ""
+        self.plan: SyncPlan | None = None
+        self.latest: EvalPoint | None = None
+        self.tta_s: float | None = None
+        self.metric_name = ""
+        self._rate = (time.monotonic(), 0)
+        self._rate_value = 0.0
+
+    def _directives_for(self, worker: int) -> pb.Directives:
+        directives = pb.Directives()
+        directives.CopyFrom(self.directives.setdefault(worker, pb.Directives()))
+        directives.stop = self.state in ("done", "finished")
+        return directives
+
+    def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinReply:
+        if request.worker_id >= self.config.num_workers:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"worker_id {request.worker_id} is outside this job's workers 0..{self.config.num_workers - 1}",
+            )
+        with self.lock:
+            self.cluster.joined.add(request.worker_id)
+            self.events.emit("worker_joined", worker=request.worker_id, host=request.host, pid=request.pid)
+            return pb.JoinReply(ps_addresses=self.config.ps_addresses, directives=self._directives_for(request.worker_id))
+
+    def Report(self, request: pb.IterationReport, context: grpc.ServicerContext) -> pb.Directives:
+        with self.lock:
+            self.cluster.accept(request, time.monotonic() - self.started)
+            return self._directives_for(request.worker_id)
+
+    def SetDirectives(self, request: pb.SetDirectivesRequest, context: grpc.ServicerContext) -> pb.SetDirectivesReply:
+        if request.worker_id >= self.config.num_workers:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"worker_id {request.worker_id} is not in this job")
+        with self.lock:
+            self.directives[request.worker_id] = request.directives
+            self.events.emit(
+                "directives",
+                worker=request.worker_id,
+                amp=request.directives.amp,
+                batch_size=request.directives.batch_size,
+                reason="set by an operator",
+            )
+        return pb.SetDirectivesReply()
+
+    def JobStatus(self, request: pb.JobStatusRequest, context: grpc.ServicerContext) -> pb.JobStatusReply:
+        with self.lock:
+            now = time.monotonic()
+            total = self.cluster.total_iterations()
+            then, then_total = self._rate
+            if now - then >= 1.0:
+                self._rate_value = (total - then_total) / (now - then)
+                self._rate = (now, total)
+            reply = pb.JobStatusReply(
+                state=self.state,
+                elapsed_s=now - self.started,
+                max_iteration=self.cluster.max_iteration(),
+                iterations_per_s=self._rate_value,
+                metric_name=self.metric_name,
+                mode=self.plan.label if self.plan else "",
+                reached=self.tta_s is not None,
+                tta_s=-1.0 if self.tta_s is None else self.tta_s,
+                workers_reporting=len(self.cluster.reports),
+                reason=self.reason,
+            )
+            if self.latest is not None:
+                reply.metric, reply.has_metric, reply.version = self.latest.metric, True, self.latest.version
+            return reply
+
+    def Health(self, request: pb.HealthRequest, context: grpc.ServicerContext) -> pb.HealthReply:
+        return pb.HealthReply(status="serving", role="coordinator", uptime_s=time.monotonic() - self.started, pid=os.getpid())
+
+
+class Coordinator:
+    """Wires the service to the PSs, the evaluator and the clock."""
+
+    def __init__(self, config: CoordinatorConfig):
+        self.config = config
+        self.out = Path(config.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.events = EventLog(self.out / "events.jsonl")
+        self.service = CoordinatorService(config, self.events)
+        self.task = get_task(config.task)
+        self.target = config.target if config.target is not None else self.task.default_target
+        self.service.metric_name = self.task.metric_name
+        self.stop = threading.Event()
+        self.ps = PSClient(config.ps_addresses)
+
+    def configure_initial_plan(self) -> None:
+        self.ps.wait_ready(timeout_s=30.0)
+        plan = self.config.plan.build(self.config.num_workers, epoch=1)
+        self.ps.configure(plan)
+        self.service.plan = plan
+        self.events.emit("plan", epoch=plan.epoch, mode=plan.label, plan=plan.describe(), reason="initial plan from config")
+
+    def run_evaluations(self) -> None:
+        """Evaluate on a fixed period until done; then write the results."""
+        curve = CurveWriter(self.out / "curve.csv")
+        evaluator: Evaluator | None = None
+        deadline_first_update = time.monotonic() + self.config.startup_timeout_s
+        try:
+            while not self.stop.is_set():
+                tick = time.monotonic()
+                if evaluator is None:
+                    evaluator = self._try_evaluator()
+                point = self._evaluate(evaluator) if evaluator else None
+                if point is not None:
+                    self._record(point, curve)
+                elif time.monotonic() > deadline_first_update:
+                    self._finish("no_update_before_startup_timeout")
+                if self.service.state in ("done", "finished"):
+                    break
+                self.stop.wait(max(0.0, self.config.eval_period_s - (time.monotonic() - tick)))
+            if self.service.state == "running" or self.service.state == "starting":
+                self._finish("stopped")
+            self._write_result(curve.points)
+        finally:
+            curve.close()
+            if evaluator:
+                evaluator.close()
+
+    def _try_evaluator(self) -> Evaluator | None:
+        try:
+            return Evaluator(self.task, self.config.ps_addresses, self.config.seed)
+        except grpc.RpcError as exc:
+            log(logger, logging.DEBUG, "evaluator not ready", error=exc.code())
+            return None
+
+    def _evaluate(self, evaluator: Evaluator) -> EvalPoint | None:
+        try:
+            return evaluator.evaluate()
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                return None
+            raise
+
+    def _record(self, point: EvalPoint, curve: CurveWriter) -> None:
+        curve.add(point)
+        service = self.service
+        with service.lock:
+            if service.state == "starting":
+                service.state = "running"
+                self.events.emit("training_started", reason="first update applied")
+            service.latest = point
+            if service.tta_s is None and time_to_target([point], self.target, self.task.higher_is_better) is not None:
+                service.tta_s = point.time_s
+                self.events.emit("target_reached", tta_s=point.time_s, metric=point.metric, version=point.version, target=self.target)
+        if service.tta_s is not None and self.config.stop_at_target:
+            self._finish("target_reached")
+        elif point.time_s >= self.config.max_time_s:
+            self._finish("max_time")
+
+    def _finish(self, reason: str) -> None:
+        with self.service.lock:
+            if self.service.state in ("done", "finished"):
+                return
+            self.service.state = "done"
+            self.service.reason = reason
+        self.events.emit("job_done", reason=reason)
+        log(logger, logging.INFO, "job done", reason=reason)
+
+    def _write_result(self, points: list[EvalPoint]) -> None:
+        service = self.service
+        try:
+            stats = self.ps.stats()
+        except grpc.RpcError as exc:
+            log(logger, logging.WARNING, "could not read PS stats for the result", error=exc.code())
+            stats = []
+        result = {
+            "task": self.config.task,
+            "mode": self.config.plan.mode,
+            "workers": self.config.num_workers,
+            "ps": len(self.config.ps_addresses),
+            "metric": self.task.metric_name,
+            "target": self.target,
+            "reached": service.tta_s is not None,
+            "tta_s": service.tta_s,
+            "final_metric": points[-1].metric if points else None,
+            "best_metric": (max if self.task.higher_is_better else min)(p.metric for p in points) if points else None,
+            "iterations": service.cluster.max_iteration(),
+            "updates": max((s.version for s in stats), default=0),
+            "train_s": points[-1].time_s if points else 0.0,
+            "reason": service.reason,
+            "evaluations": len(points),
+            "ps_stats": [
+                {
+                    "ps_index": s.ps_index,
+                    "version": s.version,
+                    "accepted": s.accepted,
+                    "applied": s.applied,
+                    "dropped": s.dropped,
+                    "pending": s.pending,
+                    "counters": dict(s.counters),
+                    "staleness": {str(k): v for k, v in sorted(s.staleness.items())},
+                }
+                for s in stats
+            ],
+            "reports_ignored": dict(service.cluster.ignored),
+        }
+        tmp = self.out / "result.json.tmp"
+        tmp.write_text(json.dumps(result, indent=2))
+        os.replace(tmp, self.out / "result.json")
+        with service.lock:
+            service.state = "finished"
+        self.events.emit("result_written", reached=result["reached"], tta_s=result["tta_s"], updates=result["updates"])
+
+    def close(self) -> None:
+        self.ps.close()
+        self.events.close()
+
+
+def run_coordinator(config: CoordinatorConfig, ready_file: str | None = None) -> int:
+    coordinator = Coordinator(config)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=CHANNEL_OPTIONS)
+    pb_grpc.add_CoordinatorServicer_to_server(coordinator.service, server)
+    port = server.add_insecure_port(f"{config.host}:{config.port}")
+    if port == 0:
+        raise SystemExit(f"coordinator: could not bind {config.host}:{config.port}")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: coordinator.stop.set())
+    server.start()
+    try:
+        coordinator.configure_initial_plan()
+        write_ready_file(ready_file, port=port, role="coordinator")
+        log(logger, logging.INFO, "serving", port=port, workers=config.num_workers, mode=config.plan.mode)
+        coordinator.run_evaluations()
+        coordinator.stop.wait()  # keep answering JobStatus/Report (stop directives) until told to exit
+    finally:
+        server.stop(grace=1.0)
+        coordinator.close()
+    return 0

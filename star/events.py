@@ -1,0 +1,39 @@
+"""The JSONL event log: every decision and notable happening, so a run can be explained later."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+class EventLog:
+    """Append-only, flushed per line, safe to call from several threads."""
+
+    def __init__(self, path: str | Path | None, clock=time.monotonic):
+        self._clock = clock
+        self._start = clock()
+        self._lock = threading.Lock()
+        self._handle = open(path, "a", buffering=1) if path else None
+        self.counts: dict[str, int] = {}
+
+    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"t": round(self._clock() - self._start, 4), "kind": kind, **fields}
+        with self._lock:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            if self._handle is not None:
+                self._handle.write(json.dumps(event, default=str) + "\n")
+        return event
+
+    def close(self) -> None:
+        with self._lock:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None
+
+
+def read_events(path: str | Path) -> list[dict[str, Any]]:
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]

@@ -1,0 +1,237 @@
+"""`star launch`: run a whole job on this host — PSs, coordinator (with evaluator), workers.
+
+Every child is a real process talking gRPC on loopback, with its log in OUT/logs/.
+The launcher shows progress, and shuts every child down on success, on Ctrl-C, and
+when any child crashes; children also die with the launcher (PR_SET_PDEATHSIG), so
+no process outlives a job.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import grpc
+
+from star.config import JobConfig, to_toml
+from star.rpc import star_pb2 as pb
+from star.rpc import star_pb2_grpc as pb_grpc
+from star.rpc.common import CHANNEL_OPTIONS, address
+
+
+class LaunchError(RuntimeError):
+    """The job could not run to its end (a child crashed, a daemon never came up)."""
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: get SIGTERM when the launcher dies, even by SIGKILL."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+
+
+class ProcessGroup:
+    """The job's children; stopped in reverse start order (workers, coordinator, PSs)."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.children: list[Child] = []
+
+    def spawn(self, name: str, args: list[str]) -> Child:
+        log_path = self.log_dir / f"{name}.log"
+        handle = open(log_path, "w")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "star.cli", *args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            preexec_fn=_die_with_parent,
+        )
+        handle.close()
+        child = Child(name, process, log_path)
+        self.children.append(child)
+        return child
+
+    def crashed(self) -> Child | None:
+        for child in self.children:
+            code = child.process.poll()
+            if code is not None and code != 0:
+                return child
+        return None
+
+    def shutdown(self, grace_s: float = 5.0) -> None:
+        for group in (("worker",), ("coordinator",), ("ps",)):
+            members = [c for c in self.children if c.name.startswith(group)]
+            for child in members:
+                if child.process.poll() is None:
+                    child.process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            for child in members:
+                try:
+                    child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    child.process.kill()
+                    child.process.wait()
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _wait_ready(group: ProcessGroup, child: Child, ready_file: Path, timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ready_file.exists():
+            return int(json.loads(ready_file.read_text())["port"])
+        code = child.process.poll()
+        if code is not None:
+            raise LaunchError(f"{child.name} exited with code {code} before serving:\n{_tail(child.log_path)}")
+        time.sleep(0.05)
+    raise LaunchError(f"{child.name} did not start serving within {timeout_s:.0f} s; see {child.log_path}")
+
+
+def _flag_args(prefix: str, values: dict) -> list[str]:
+    args: list[str] = []
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            args.append(f"--{prefix}{key}" if value else f"--no-{(prefix + key).replace('_', '-').replace('.', '-')}")
+        else:
+            args += [f"--{prefix}{key}", str(value)]
+    return args
+
+
+def launch(config: JobConfig, progress: Callable[[str], None] | None = None, startup_timeout_s: float = 120.0) -> dict:
+    """Run the job to its end and return result.json's content."""
+    from star.tasks import get_task
+
+    task = get_task(config.task)
+    optimizer = config.optimizer.resolved(task.default_optimizer, task.default_lr, task.default_momentum)
+    out = Path(config.out)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    for stale in ("result.json", "curve.csv", "events.jsonl"):
+        (out / stale).unlink(missing_ok=True)
+    (out / "config.toml").write_text(to_toml(config))
+    ready_dir = out / "logs"
+    group = ProcessGroup(out / "logs")
+    started = time.monotonic()
+    interrupted = False
+    previous_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        ps_addresses = []
+        for i in range(config.ps):
+            ready = ready_dir / f"ps{i}.ready"
+            ready.unlink(missing_ok=True)
+            opt = {k: v for k, v in vars(optimizer).items()}
+            child = group.spawn(
+                f"ps{i}",
+                ["ps", "--ps-index", str(i), "--num-ps", str(config.ps), "--host", config.host, "--port", "0",
+                 "--nonfinite", config.nonfinite, "--threads", str(config.threads_per_process),
+                 "--ready-file", str(ready), *_flag_args("optimizer.", opt)],
+            )
+            ps_addresses.append((child, ready))
+        addresses = [address(config.host, _wait_ready(group, c, r, startup_timeout_s)) for c, r in ps_addresses]
+
+        ready = ready_dir / "coordinator.ready"
+        ready.unlink(missing_ok=True)
+        plan = {k: v for k, v in vars(config.plan).items()}
+        child = group.spawn(
+            "coordinator",
+            ["coordinator", "--ps-addresses", ",".join(addresses), "--num-workers", str(config.workers),
+             "--task", config.task, "--seed", str(config.seed), "--max-time-s", str(config.max_time_s),
+             "--eval-period-s", str(config.eval_period_s), "--out", str(out), "--host", config.host,
+             "--port", "0", "--ready-file", str(ready),
+             *(["--target", str(config.target)] if config.target is not None else []),
+             *([] if config.stop_at_target else ["--no-stop-at-target"]),
+             *_flag_args("plan.", plan)],
+        )
+        coordinator_address = address(config.host, _wait_ready(group, child, ready, startup_timeout_s))
+
+        trace = config.trace
+        for w in range(config.workers):
+            group.spawn(
+                f"worker{w}",
+                ["worker", "--worker-id", str(w), "--num-workers", str(config.workers), "--task", config.task,
+                 "--seed", str(config.seed), "--coordinator", coordinator_address,
+                 "--threads", str(config.threads_per_process),
+                 *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
+                 *(["--trace-path", str(trace.path), "--trace-stretch", str(trace.stretch)] if trace.path else []),
+                 *(["--trace-workers", trace.workers] if trace.path and trace.workers else [])],
+            )
+        _monitor(group, coordinator_address, progress)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        group.shutdown()
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
+    result_path = out / "result.json"
+    if not result_path.exists():
+        raise LaunchError("interrupted before a result was written" if interrupted else f"no result written to {result_path}")
+    result = json.loads(result_path.read_text())
+    result.update(wall_s=round(time.monotonic() - started, 3), interrupted=interrupted, out=str(out))
+    result_path.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _monitor(group: ProcessGroup, coordinator_address: str, progress: Callable[[str], None] | None) -> None:
+    """Poll the coordinator until the job is finished; fail fast when a child crashes."""
+    channel = grpc.insecure_channel(coordinator_address, options=CHANNEL_OPTIONS)
+    stub = pb_grpc.CoordinatorStub(channel)
+    last_print = 0.0
+    try:
+        while True:
+            crashed = group.crashed()
+            if crashed is not None:
+                raise LaunchError(
+                    f"{crashed.name} exited with code {crashed.process.returncode}; last lines of {crashed.log_path}:\n"
+                    f"{_tail(crashed.log_path)}"
+                )
+            try:
+                status = stub.JobStatus(pb.JobStatusRequest(), timeout=5.0)
+            except grpc.RpcError as exc:
+                raise LaunchError(f"coordinator stopped answering: {exc.code()}") from None
+            if progress and (time.monotonic() - last_print >= 1.0 or status.state == "finished"):
+                progress(format_status(status))
+                last_print = time.monotonic()
+            if status.state == "finished":
+                return
+            time.sleep(0.25)
+    finally:
+        channel.close()
+
+
+def format_status(status: pb.JobStatusReply) -> str:
+    metric = f"{status.metric_name}={status.metric:.4f}" if status.has_metric else f"{status.metric_name}=—"
+    reached = f" reached in {status.tta_s:.1f}s" if status.reached else ""
+    return (
+        f"[{status.elapsed_s:6.1f}s] {status.state:<8} mode={status.mode:<7} iter={status.max_iteration:<5} "
+        f"{status.iterations_per_s:6.1f} it/s  version={status.version:<5} {metric}{reached}"
+    )

@@ -1,0 +1,27 @@
+"""Structured, one-line-per-event logging shared by every daemon."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+
+class _KeyValueFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, "fields", None) or {}
+        extra = "".join(f" {k}={v}" for k, v in fields.items())
+        return f"{self.formatTime(record, '%H:%M:%S')} {record.name} {record.levelname} {record.getMessage()}{extra}"
+
+
+def setup_logging(name: str, level: str = "INFO") -> logging.Logger:
+    """Log to stderr as `time role LEVEL message key=value ...`."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_KeyValueFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    return logging.getLogger(name)
+
+
+def log(logger: logging.Logger, level: int, message: str, **fields: object) -> None:
+    logger.log(level, message, extra={"fields": fields})

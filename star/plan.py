@@ -1,0 +1,205 @@
+"""SyncPlan: the one description of every synchronisation mode.
+
+Every mode (SSGD, ASGD, k-of-N, grouped, excluded stragglers, SSP) is a value of
+the same type, so the parameter server needs exactly one state machine
+(`star.aggregate`) and a mode switch is just a new value with a higher epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Iterable, Sequence
+
+MODES = ("ssgd", "asgd", "kofn", "grouped", "ssp", "exclude")
+
+
+class PlanError(ValueError):
+    """A plan (or the spec it was built from) is inconsistent; the message names the field."""
+
+
+class Scale(str, Enum):
+    """How the sum of a round's gradients is scaled before the optimizer step."""
+
+    PER_TOTAL_WORKERS = "per_total_workers"  # 1/N_total: one round of every group == one SSGD step
+    PER_ARRIVALS = "per_arrivals"  # mean of the arrivals in the round
+
+
+class LatePolicy(str, Enum):
+    """What happens to a gradient that arrives after its round already closed (k-of-N)."""
+
+    APPLY = "apply"  # applied on its own, its staleness recorded
+    DROP = "drop"  # reported as dropped, never applied
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    """How workers synchronise.
+
+    groups: each group synchronises internally; groups never wait for each other.
+    quorum: per group, how many of its gradients close a round.
+    staleness_bound: SSP bound; a pull blocks while the puller is more than this many
+        pushes ahead of the slowest worker in the plan. None = unbounded.
+    """
+
+    epoch: int
+    groups: tuple[tuple[int, ...], ...]
+    quorum: tuple[int, ...]
+    staleness_bound: int | None = None
+    scale: Scale = Scale.PER_TOTAL_WORKERS
+    late_policy: LatePolicy = LatePolicy.APPLY
+    label: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.epoch < 0:
+            raise PlanError(f"epoch must be >= 0, got {self.epoch}")
+        if not self.groups:
+            raise PlanError("groups must name at least one worker")
+        if len(self.quorum) != len(self.groups):
+            raise PlanError(f"quorum has {len(self.quorum)} entries for {len(self.groups)} groups")
+        seen: dict[int, int] = {}  # worker -> index of the group it first appeared in
+        for index, (group, quorum) in enumerate(zip(self.groups, self.quorum)):
+            if not group:
+                raise PlanError(f"groups[{index}] is empty")
+            for worker in group:
+                if worker < 0:
+                    raise PlanError(f"groups[{index}] has negative worker id {worker}")
+                if worker in seen:
+                    first = seen[worker]
+                    where = f"groups[{index}]" if first == index else f"groups[{first}] and groups[{index}]"
+                    raise PlanError(f"worker {worker} appears more than once in groups (in {where})")
+                seen[worker] = index
+            if not 1 <= quorum <= len(group):
+                raise PlanError(f"quorum[{index}]={quorum} must be in 1..{len(group)}")
+        if self.staleness_bound is not None and self.staleness_bound < 0:
+            raise PlanError(f"staleness_bound must be >= 0 or None, got {self.staleness_bound}")
+
+    @property
+    def workers(self) -> tuple[int, ...]:
+        return tuple(sorted(w for group in self.groups for w in group))
+
+    @property
+    def total_workers(self) -> int:
+        return sum(len(group) for group in self.groups)
+
+    def group_of(self) -> dict[int, int]:
+        """worker id -> group index."""
+        return {w: g for g, group in enumerate(self.groups) for w in group}
+
+    def describe(self) -> str:
+        groups = ";".join(",".join(map(str, g)) for g in self.groups)
+        quorum = ",".join(map(str, self.quorum))
+        ssp = "" if self.staleness_bound is None else f" ssp={self.staleness_bound}"
+        name = f"{self.label} " if self.label else ""
+        return f"{name}epoch={self.epoch} groups=[{groups}] quorum=[{quorum}]{ssp} late={self.late_policy.value}"
+
+
+def ssgd(workers: Sequence[int], epoch: int = 0) -> SyncPlan:
+    workers = _check_workers(workers)
+    return SyncPlan(epoch, (workers,), (len(workers),), label="ssgd")
+
+
+def asgd(workers: Sequence[int], epoch: int = 0, staleness_bound: int | None = None) -> SyncPlan:
+    workers = _check_workers(workers)
+    return SyncPlan(
+        epoch,
+        tuple((w,) for w in workers),
+        tuple(1 for _ in workers),
+        staleness_bound=staleness_bound,
+        label="ssp" if staleness_bound is not None else "asgd",
+    )
+
+
+def kofn(workers: Sequence[int], k: int, epoch: int = 0, late_policy: LatePolicy = LatePolicy.APPLY) -> SyncPlan:
+    workers = _check_workers(workers)
+    if not 1 <= k <= len(workers):
+        raise PlanError(f"k={k} must be in 1..{len(workers)}")
+    return SyncPlan(epoch, (workers,), (k,), late_policy=late_policy, label="kofn")
+
+
+def grouped(groups: Iterable[Sequence[int]], epoch: int = 0) -> SyncPlan:
+    groups_t = tuple(tuple(g) for g in groups)
+    return SyncPlan(epoch, groups_t, tuple(len(g) for g in groups_t), label="grouped")
+
+
+def exclude(workers: Sequence[int], excluded: Iterable[int], epoch: int = 0) -> SyncPlan:
+    """Dynamic Partial All-Reduce: healthy workers sync together; each excluded one runs alone."""
+    workers = _check_workers(workers)
+    excluded_set = set(excluded)
+    unknown = excluded_set - set(workers)
+    if unknown:
+        raise PlanError(f"excluded workers {sorted(unknown)} are not in the plan's workers")
+    healthy = tuple(w for w in workers if w not in excluded_set)
+    if not healthy:
+        return asgd(workers, epoch)
+    groups = (healthy,) + tuple((w,) for w in workers if w in excluded_set)
+    return SyncPlan(epoch, groups, tuple(len(g) for g in groups), label="exclude")
+
+
+def parse_groups(text: str) -> tuple[tuple[int, ...], ...]:
+    """'0,1;2,3' -> ((0, 1), (2, 3))."""
+    try:
+        groups = tuple(tuple(int(w) for w in part.split(",") if w.strip()) for part in text.split(";"))
+    except ValueError as exc:
+        raise PlanError(f"groups={text!r} is not of the form '0,1;2,3': {exc}") from None
+    if not groups or any(not g for g in groups):
+        raise PlanError(f"groups={text!r} has an empty group")
+    return groups
+
+
+def halves(workers: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    workers = tuple(workers)
+    if len(workers) < 2:
+        return (workers,)
+    middle = (len(workers) + 1) // 2
+    return (workers[:middle], workers[middle:])
+
+
+def plan_for_mode(
+    mode: str,
+    num_workers: int,
+    *,
+    k: int | None = None,
+    groups: str | Sequence[Sequence[int]] | None = None,
+    staleness: int = 2,
+    excluded: Iterable[int] = (),
+    epoch: int = 0,
+) -> SyncPlan:
+    """Build the plan a launch `--mode` names, with the documented defaults."""
+    workers = tuple(range(num_workers))
+    if mode == "ssgd":
+        return ssgd(workers, epoch)
+    if mode == "asgd":
+        return asgd(workers, epoch)
+    if mode == "ssp":
+        return asgd(workers, epoch, staleness_bound=staleness)
+    if mode == "kofn":
+        return kofn(workers, k if k is not None else max(1, num_workers - 1), epoch)
+    if mode == "grouped":
+        if groups is None:
+            parsed = halves(workers)
+        elif isinstance(groups, str):
+            parsed = parse_groups(groups)
+        else:
+            parsed = tuple(tuple(g) for g in groups)
+        if sorted(w for g in parsed for w in g) != list(workers):
+            raise PlanError(f"groups={parsed} must name every worker 0..{num_workers - 1} exactly once")
+        return grouped(parsed, epoch)
+    if mode == "exclude":
+        return exclude(workers, excluded, epoch)
+    raise PlanError(f"mode={mode!r} is not one of {', '.join(MODES)}")
+
+
+def with_epoch(plan: SyncPlan, epoch: int) -> SyncPlan:
+    return SyncPlan(
+        epoch, plan.groups, plan.quorum, plan.staleness_bound, plan.scale, plan.late_policy, plan.label
+    )
+
+
+def _check_workers(workers: Sequence[int]) -> tuple[int, ...]:
+    workers = tuple(workers)
+    if not workers:
+        raise PlanError("workers must not be empty")
+    if len(set(workers)) != len(workers):
+        raise PlanError(f"workers {workers} has duplicates")
+    return workers

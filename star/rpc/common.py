@@ -1,0 +1,64 @@
+"""Thin helpers shared by every daemon and client: channel options, plan messages, ready files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from star.flat import MAX_CHUNK_BYTES
+from star.plan import LatePolicy, PlanError, Scale, SyncPlan
+from star.rpc import star_pb2 as pb
+
+# A chunk plus its small header must fit; anything larger is refused by gRPC itself.
+MAX_MESSAGE_BYTES = MAX_CHUNK_BYTES + 64 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+def plan_to_proto(plan: SyncPlan) -> pb.Plan:
+    return pb.Plan(
+        epoch=plan.epoch,
+        groups=[pb.PlanGroup(workers=list(g), quorum=q) for g, q in zip(plan.groups, plan.quorum)],
+        staleness_bound=-1 if plan.staleness_bound is None else plan.staleness_bound,
+        scale=plan.scale.value,
+        late_policy=plan.late_policy.value,
+        label=plan.label,
+    )
+
+
+def plan_from_proto(message: pb.Plan) -> SyncPlan:
+    """Raises PlanError (with the field) for a malformed plan."""
+    try:
+        scale = Scale(message.scale or Scale.PER_TOTAL_WORKERS.value)
+    except ValueError:
+        raise PlanError(f"scale={message.scale!r} is not one of {[s.value for s in Scale]}") from None
+    try:
+        late = LatePolicy(message.late_policy or LatePolicy.APPLY.value)
+    except ValueError:
+        raise PlanError(f"late_policy={message.late_policy!r} is not one of {[p.value for p in LatePolicy]}") from None
+    return SyncPlan(
+        epoch=message.epoch,
+        groups=tuple(tuple(g.workers) for g in message.groups),
+        quorum=tuple(g.quorum for g in message.groups),
+        staleness_bound=None if message.staleness_bound < 0 else message.staleness_bound,
+        scale=scale,
+        late_policy=late,
+        label=message.label,
+    )
+
+
+def write_ready_file(path: str | None, **info: object) -> None:
+    """Tell a launcher the daemon is serving (and on which port), atomically."""
+    if not path:
+        return
+    target = Path(path)
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), **info}))
+    os.replace(tmp, target)
+
+
+def address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,167 @@
+"""Client side of the PS protocol: push to and pull from every shard concurrently.
+
+One channel per PS and one thread per PS for the blocking calls, so a round trip to
+P servers costs about as long as the slowest of them, not their sum. Payloads go
+straight between the flat buffer and wire chunks.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Sequence, TypeVar
+
+import grpc
+import torch
+
+from star.flat import WIRE_DTYPE, ShardRange, shard_ranges, tensor_chunks, write_chunk
+from star.plan import SyncPlan
+from star.rpc import star_pb2 as pb
+from star.rpc import star_pb2_grpc as pb_grpc
+from star.rpc.common import CHANNEL_OPTIONS, plan_to_proto
+
+T = TypeVar("T")
+
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+@dataclass
+class ShardView:
+    """What a worker knows about one PS after its last pull."""
+
+    range: ShardRange
+    version: int = 0
+    epoch: int = 0
+    since_first_update_s: float = -1.0
+
+
+class PSClient:
+    def __init__(self, addresses: Sequence[str], worker_id: int = 0):
+        if not addresses:
+            raise ValueError("ps_addresses must name at least one parameter server")
+        self.addresses = list(addresses)
+        self.worker_id = worker_id
+        self._channels = [grpc.insecure_channel(a, options=CHANNEL_OPTIONS) for a in self.addresses]
+        self._stubs = [pb_grpc.ParameterServerStub(c) for c in self._channels]
+        self._pool = ThreadPoolExecutor(max_workers=len(self.addresses), thread_name_prefix="ps-io")
+        self.views: list[ShardView] = []
+        self.total_numel = 0
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for channel in self._channels:
+            channel.close()
+
+    def __enter__(self) -> "PSClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _each(self, call: Callable[[int, pb_grpc.ParameterServerStub], T]) -> list[T]:
+        """Run `call` against every PS concurrently; re-raise the first error."""
+        futures = [self._pool.submit(call, i, stub) for i, stub in enumerate(self._stubs)]
+        return [f.result() for f in futures]
+
+    # ---- setup -----------------------------------------------------------------
+    def wait_ready(self, timeout_s: float) -> None:
+        """Block until every PS channel connects (raises grpc.FutureTimeoutError)."""
+        for channel in self._channels:
+            grpc.channel_ready_future(channel).result(timeout=timeout_s)
+
+    def register(self, total_numel: int, timeout_s: float = 10.0) -> list[pb.RegisterReply]:
+        self.total_numel = total_numel
+        ranges = shard_ranges(total_numel, len(self._stubs))
+        self.views = [ShardView(r) for r in ranges]
+        replies = self._each(
+            lambda i, s: s.Register(pb.RegisterRequest(worker_id=self.worker_id, total_numel=total_numel), timeout=timeout_s)
+        )
+        for i, reply in enumerate(replies):
+            if reply.num_ps != len(self._stubs) or reply.ps_index != i:
+                raise RuntimeError(
+                    f"PS at {self.addresses[i]} says it is ps_index={reply.ps_index} of num_ps={reply.num_ps}; "
+                    f"this client expects ps_index={i} of {len(self._stubs)} (check the order of ps_addresses)"
+                )
+        return replies
+
+    def init_if_needed(self, params: torch.Tensor, replies: list[pb.RegisterReply], timeout_s: float = 30.0) -> int:
+        """Send initial parameters to every PS that has none; returns how many accepted them."""
+
+        def init(i: int, stub: pb_grpc.ParameterServerStub) -> bool:
+            if replies[i].initialized:
+                return False
+            r = self.views[i].range
+
+            def messages():
+                yield pb.InitRequest(header=pb.InitHeader(total_numel=self.total_numel, dtype=WIRE_DTYPE))
+                for offset, data in tensor_chunks(params[r.start : r.end]):
+                    yield pb.InitRequest(chunk=pb.TensorChunk(offset=offset, data=data))
+
+            return stub.Init(messages(), timeout=timeout_s).applied
+
+        return sum(self._each(init))
+
+    # ---- data path -------------------------------------------------------------
+    def pull(self, out: torch.Tensor, timeout_s: float | None = None, observer: bool = False) -> list[ShardView]:
+        """Fill `out` (the flat parameter buffer) from every PS; may block on sync rounds."""
+        request = pb.PullRequest(worker_id=self.worker_id, observer=observer)
+
+        def pull_one(i: int, stub: pb_grpc.ParameterServerStub) -> None:
+            view = self.views[i]
+            start = view.range.start
+            for reply in stub.Pull(request, timeout=timeout_s):
+                if reply.HasField("header"):
+                    h = reply.header
+                    if h.numel != view.range.numel or h.range_start != start:
+                        raise RuntimeError(f"PS {i} serves [{h.range_start}, +{h.numel}), expected {view.range}")
+                    view.version, view.epoch, view.since_first_update_s = h.version, h.plan_epoch, h.since_first_update_s
+                else:
+                    write_chunk(out, start + reply.chunk.offset, reply.chunk.data)
+
+        self._each(pull_one)
+        return self.views
+
+    def push(self, grads: torch.Tensor, iteration: int, timeout_s: float | None = None) -> list[pb.PushReply]:
+        """Send each PS its slice of the flat gradient, tagged with what this worker last pulled."""
+
+        def push_one(i: int, stub: pb_grpc.ParameterServerStub) -> pb.PushReply:
+            view = self.views[i]
+            header = pb.PushHeader(
+                worker_id=self.worker_id,
+                plan_epoch=view.epoch,
+                base_version=view.version,
+                iteration=iteration,
+                dtype=WIRE_DTYPE,
+                numel=view.range.numel,
+            )
+
+            def messages():
+                yield pb.PushRequest(header=header)
+                for offset, data in tensor_chunks(grads[view.range.start : view.range.end]):
+                    yield pb.PushRequest(chunk=pb.TensorChunk(offset=offset, data=data))
+
+            return stub.Push(messages(), timeout=timeout_s)
+
+        return self._each(push_one)
+
+    # ---- control ---------------------------------------------------------------
+    def configure(self, plan: SyncPlan, timeout_s: float = 10.0) -> list[pb.ConfigureReply]:
+        message = plan_to_proto(plan)
+        return self._each(lambda i, s: s.ConfigurePlan(message, timeout=timeout_s))
+
+    def stats(self, timeout_s: float = 5.0) -> list[pb.PsStats]:
+        return self._each(lambda i, s: s.Stats(pb.StatsRequest(), timeout=timeout_s))
+
+
+def with_retries(call: Callable[[], T], *, attempts: int, base_delay_s: float, on_retry: Callable[[int, Exception], None]) -> T:
+    """Retry `call` on UNAVAILABLE/DEADLINE_EXCEEDED with exponential backoff, then re-raise."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except grpc.RpcError as exc:
+            if exc.code() not in RETRYABLE or attempt == attempts:
+                raise
+            on_retry(attempt, exc)
+            time.sleep(min(base_delay_s * 2 ** (attempt - 1), 5.0))
+    raise AssertionError("unreachable")

@@ -1,0 +1,331 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TensorChunk(_message.Message):
+    __slots__ = ("offset", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class HealthRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HealthReply(_message.Message):
+    __slots__ = ("status", "role", "uptime_s", "pid")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    status: str
+    role: str
+    uptime_s: float
+    pid: int
+    def __init__(self, status: _Optional[str] = ..., role: _Optional[str] = ..., uptime_s: _Optional[float] = ..., pid: _Optional[int] = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("worker_id", "total_numel")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_NUMEL_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    total_numel: int
+    def __init__(self, worker_id: _Optional[int] = ..., total_numel: _Optional[int] = ...) -> None: ...
+
+class RegisterReply(_message.Message):
+    __slots__ = ("initialized", "range_start", "range_end", "total_numel", "ps_index", "num_ps")
+    INITIALIZED_FIELD_NUMBER: _ClassVar[int]
+    RANGE_START_FIELD_NUMBER: _ClassVar[int]
+    RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_NUMEL_FIELD_NUMBER: _ClassVar[int]
+    PS_INDEX_FIELD_NUMBER: _ClassVar[int]
+    NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    initialized: bool
+    range_start: int
+    range_end: int
+    total_numel: int
+    ps_index: int
+    num_ps: int
+    def __init__(self, initialized: _Optional[bool] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., total_numel: _Optional[int] = ..., ps_index: _Optional[int] = ..., num_ps: _Optional[int] = ...) -> None: ...
+
+class InitHeader(_message.Message):
+    __slots__ = ("total_numel", "dtype")
+    TOTAL_NUMEL_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    total_numel: int
+    dtype: str
+    def __init__(self, total_numel: _Optional[int] = ..., dtype: _Optional[str] = ...) -> None: ...
+
+class InitRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: InitHeader
+    chunk: TensorChunk
+    def __init__(self, header: _Optional[_Union[InitHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
+class InitReply(_message.Message):
+    __slots__ = ("applied", "version")
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    applied: bool
+    version: int
+    def __init__(self, applied: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
+
+class PushHeader(_message.Message):
+    __slots__ = ("worker_id", "plan_epoch", "base_version", "iteration", "dtype", "numel")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    NUMEL_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    plan_epoch: int
+    base_version: int
+    iteration: int
+    dtype: str
+    numel: int
+    def __init__(self, worker_id: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., base_version: _Optional[int] = ..., iteration: _Optional[int] = ..., dtype: _Optional[str] = ..., numel: _Optional[int] = ...) -> None: ...
+
+class PushRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: PushHeader
+    chunk: TensorChunk
+    def __init__(self, header: _Optional[_Union[PushHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
+class PushReply(_message.Message):
+    __slots__ = ("status", "version", "gradient_id")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    GRADIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    status: str
+    version: int
+    gradient_id: int
+    def __init__(self, status: _Optional[str] = ..., version: _Optional[int] = ..., gradient_id: _Optional[int] = ...) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("worker_id", "observer")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    OBSERVER_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    observer: bool
+    def __init__(self, worker_id: _Optional[int] = ..., observer: _Optional[bool] = ...) -> None: ...
+
+class PullHeader(_message.Message):
+    __slots__ = ("version", "plan_epoch", "numel", "dtype", "range_start", "since_first_update_s")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    NUMEL_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    RANGE_START_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIRST_UPDATE_S_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    plan_epoch: int
+    numel: int
+    dtype: str
+    range_start: int
+    since_first_update_s: float
+    def __init__(self, version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., numel: _Optional[int] = ..., dtype: _Optional[str] = ..., range_start: _Optional[int] = ..., since_first_update_s: _Optional[float] = ...) -> None: ...
+
+class PullReply(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: PullHeader
+    chunk: TensorChunk
+    def __init__(self, header: _Optional[_Union[PullHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
+class PlanGroup(_message.Message):
+    __slots__ = ("workers", "quorum")
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    QUORUM_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedScalarFieldContainer[int]
+    quorum: int
+    def __init__(self, workers: _Optional[_Iterable[int]] = ..., quorum: _Optional[int] = ...) -> None: ...
+
+class Plan(_message.Message):
+    __slots__ = ("epoch", "groups", "staleness_bound", "scale", "late_policy", "label")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    STALENESS_BOUND_FIELD_NUMBER: _ClassVar[int]
+    SCALE_FIELD_NUMBER: _ClassVar[int]
+    LATE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    groups: _containers.RepeatedCompositeFieldContainer[PlanGroup]
+    staleness_bound: int
+    scale: str
+    late_policy: str
+    label: str
+    def __init__(self, epoch: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[PlanGroup, _Mapping]]] = ..., staleness_bound: _Optional[int] = ..., scale: _Optional[str] = ..., late_policy: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
+
+class ConfigureReply(_message.Message):
+    __slots__ = ("epoch", "version", "released", "flushed")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    version: int
+    released: int
+    flushed: int
+    def __init__(self, epoch: _Optional[int] = ..., version: _Optional[int] = ..., released: _Optional[int] = ..., flushed: _Optional[int] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PsStats(_message.Message):
+    __slots__ = ("ps_index", "version", "plan_epoch", "plan", "accepted", "applied", "dropped", "pending", "counters", "staleness", "since_first_update_s", "waiting_pulls", "range_start", "range_end")
+    class CountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class StalenessEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    PS_INDEX_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    STALENESS_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIRST_UPDATE_S_FIELD_NUMBER: _ClassVar[int]
+    WAITING_PULLS_FIELD_NUMBER: _ClassVar[int]
+    RANGE_START_FIELD_NUMBER: _ClassVar[int]
+    RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    ps_index: int
+    version: int
+    plan_epoch: int
+    plan: str
+    accepted: int
+    applied: int
+    dropped: int
+    pending: int
+    counters: _containers.ScalarMap[str, int]
+    staleness: _containers.ScalarMap[int, int]
+    since_first_update_s: float
+    waiting_pulls: int
+    range_start: int
+    range_end: int
+    def __init__(self, ps_index: _Optional[int] = ..., version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., plan: _Optional[str] = ..., accepted: _Optional[int] = ..., applied: _Optional[int] = ..., dropped: _Optional[int] = ..., pending: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., staleness: _Optional[_Mapping[int, int]] = ..., since_first_update_s: _Optional[float] = ..., waiting_pulls: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ...) -> None: ...
+
+class JoinRequest(_message.Message):
+    __slots__ = ("worker_id", "host", "pid", "batch_size")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    host: str
+    pid: int
+    batch_size: int
+    def __init__(self, worker_id: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., batch_size: _Optional[int] = ...) -> None: ...
+
+class Directives(_message.Message):
+    __slots__ = ("amp", "batch_size", "stop")
+    AMP_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    amp: bool
+    batch_size: int
+    stop: bool
+    def __init__(self, amp: _Optional[bool] = ..., batch_size: _Optional[int] = ..., stop: _Optional[bool] = ...) -> None: ...
+
+class JoinReply(_message.Message):
+    __slots__ = ("ps_addresses", "directives")
+    PS_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    DIRECTIVES_FIELD_NUMBER: _ClassVar[int]
+    ps_addresses: _containers.RepeatedScalarFieldContainer[str]
+    directives: Directives
+    def __init__(self, ps_addresses: _Optional[_Iterable[str]] = ..., directives: _Optional[_Union[Directives, _Mapping]] = ...) -> None: ...
+
+class IterationReport(_message.Message):
+    __slots__ = ("worker_id", "iteration", "compute_s", "push_s", "pull_s", "batch_size", "amp", "loss", "slowdown", "cpu_percent")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
+    PUSH_S_FIELD_NUMBER: _ClassVar[int]
+    PULL_S_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    AMP_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    SLOWDOWN_FIELD_NUMBER: _ClassVar[int]
+    CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    iteration: int
+    compute_s: float
+    push_s: float
+    pull_s: float
+    batch_size: int
+    amp: bool
+    loss: float
+    slowdown: float
+    cpu_percent: float
+    def __init__(self, worker_id: _Optional[int] = ..., iteration: _Optional[int] = ..., compute_s: _Optional[float] = ..., push_s: _Optional[float] = ..., pull_s: _Optional[float] = ..., batch_size: _Optional[int] = ..., amp: _Optional[bool] = ..., loss: _Optional[float] = ..., slowdown: _Optional[float] = ..., cpu_percent: _Optional[float] = ...) -> None: ...
+
+class SetDirectivesRequest(_message.Message):
+    __slots__ = ("worker_id", "directives")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DIRECTIVES_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    directives: Directives
+    def __init__(self, worker_id: _Optional[int] = ..., directives: _Optional[_Union[Directives, _Mapping]] = ...) -> None: ...
+
+class SetDirectivesReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class JobStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class JobStatusReply(_message.Message):
+    __slots__ = ("state", "elapsed_s", "max_iteration", "iterations_per_s", "metric", "has_metric", "metric_name", "version", "mode", "reached", "tta_s", "workers_reporting", "reason")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_ITERATION_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    HAS_METRIC_FIELD_NUMBER: _ClassVar[int]
+    METRIC_NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    REACHED_FIELD_NUMBER: _ClassVar[int]
+    TTA_S_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_REPORTING_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    elapsed_s: float
+    max_iteration: int
+    iterations_per_s: float
+    metric: float
+    has_metric: bool
+    metric_name: str
+    version: int
+    mode: str
+    reached: bool
+    tta_s: float
+    workers_reporting: int
+    reason: str
+    def __init__(self, state: _Optional[str] = ..., elapsed_s: _Optional[float] = ..., max_iteration: _Optional[int] = ..., iterations_per_s: _Optional[float] = ..., metric: _Optional[float] = ..., has_metric: _Optional[bool] = ..., metric_name: _Optional[str] = ..., version: _Optional[int] = ..., mode: _Optional[str] = ..., reached: _Optional[bool] = ..., tta_s: _Optional[float] = ..., workers_reporting: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...

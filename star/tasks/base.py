@@ -1,0 +1,131 @@
+"""The task contract shared by workers, parameter servers and the coordinator.
+
+A task bundles everything a training run needs besides the cluster: how to
+build the model deterministically, the data, the loss, and how to judge
+progress. Every process builds the same task independently, so nothing here
+may depend on process-local state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+METRICS = ("accuracy", "loss")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """Paired inputs/targets; row i of each belongs to sample i."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+
+    def __post_init__(self) -> None:
+        for field in ("inputs", "targets"):
+            value = getattr(self, field)
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"TaskData.{field} must be a torch.Tensor, got {type(value).__name__}")
+            if value.dim() == 0:
+                raise ValueError(f"TaskData.{field} must have a sample dimension, got a scalar")
+        if self.inputs.shape[0] != self.targets.shape[0]:
+            raise ValueError(
+                f"TaskData.targets has {self.targets.shape[0]} samples but inputs has {self.inputs.shape[0]}"
+            )
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+
+@dataclass(frozen=True)
+class Task:
+    """A model/data/loss bundle plus the defaults it was calibrated with."""
+
+    name: str
+    build_model: Callable[[int], torch.nn.Module]
+    train: TaskData
+    heldout: TaskData
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    metric_name: str
+    higher_is_better: bool
+    default_target: float
+    default_batch_size: int
+    default_lr: float
+    default_optimizer: str
+    default_momentum: float
+    eval_batch_size: int = 256
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("Task.name must be non-empty")
+        for field in ("build_model", "loss_fn"):
+            if not callable(getattr(self, field)):
+                raise TypeError(f"Task.{field} must be callable")
+        for field in ("train", "heldout"):
+            value = getattr(self, field)
+            if not isinstance(value, TaskData):
+                raise TypeError(f"Task.{field} must be a TaskData, got {type(value).__name__}")
+            if len(value) == 0:
+                raise ValueError(f"Task.{field} is empty")
+        if self.metric_name not in METRICS:
+            raise ValueError(f"Task.metric_name must be one of {METRICS}, got {self.metric_name!r}")
+        if self.default_optimizer not in OPTIMIZERS:
+            raise ValueError(f"Task.default_optimizer must be one of {OPTIMIZERS}, got {self.default_optimizer!r}")
+        for field in ("default_batch_size", "eval_batch_size"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Task.{field} must be a positive int, got {value!r}")
+        if not self.default_lr > 0:
+            raise ValueError(f"Task.default_lr must be > 0, got {self.default_lr!r}")
+        if not 0 <= self.default_momentum < 1:
+            raise ValueError(f"Task.default_momentum must be in [0, 1), got {self.default_momentum!r}")
+
+    def evaluate(self, model: torch.nn.Module) -> float:
+        """Held-out metric, batched so memory stays flat; restores the model's mode."""
+        was_training = model.training
+        device = _device_of(model)
+        model.eval()
+        total, count = 0.0, 0
+        try:
+            with torch.no_grad():
+                for start in range(0, len(self.heldout), self.eval_batch_size):
+                    stop = start + self.eval_batch_size
+                    inputs = self.heldout.inputs[start:stop].to(device)
+                    targets = self.heldout.targets[start:stop].to(device)
+                    outputs = model(inputs)
+                    n = inputs.shape[0]
+                    if self.metric_name == "accuracy":
+                        total += (outputs.argmax(dim=-1) == targets).sum().item()
+                    else:
+                        total += float(self.loss_fn(outputs, targets).item()) * n
+                    count += n
+        finally:
+            model.train(was_training)
+        return total / count
+
+    def reached(self, metric: float, target: float) -> bool:
+        """Whether `metric` is at least as good as `target` in this task's direction."""
+        return metric >= target if self.higher_is_better else metric <= target
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    for parameter in model.parameters():
+        return parameter.device
+    return torch.device("cpu")
+
+
+def seeded_build(factory: Callable[[], torch.nn.Module], seed: int) -> torch.nn.Module:
+    """Build a float32 model from `seed` without disturbing the caller's RNG.
+
+    Forking the RNG keeps build_model side-effect free, so a worker building
+    its replica cannot shift the data order or dropout of anything else.
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = factory()
+    return model.to(torch.float32)

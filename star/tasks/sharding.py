@@ -1,0 +1,75 @@
+"""Per-worker data sharding and batching.
+
+Strided shards keep every worker's slice class-balanced when the rows are
+already shuffled, and need no coordination: worker i only needs N and i.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from star.tasks.base import TaskData
+
+
+def shard_indices(num_samples: int, worker_id: int, num_workers: int) -> torch.Tensor:
+    """Rows worker_id, worker_id + N, worker_id + 2N, ... of a dataset."""
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    if not 0 <= worker_id < num_workers:
+        raise ValueError(f"worker_id must be in [0, {num_workers}), got {worker_id}")
+    if num_samples < 0:
+        raise ValueError(f"num_samples must be >= 0, got {num_samples}")
+    return torch.arange(worker_id, num_samples, num_workers, dtype=torch.long)
+
+
+class BatchStream:
+    """Endless shuffled batches from one worker's shard.
+
+    Batches may change size between calls (the coordinator resizes batches of
+    stragglers live), so a batch that crosses an epoch boundary is completed
+    from the next epoch's shuffle instead of being cut short.
+    """
+
+    def __init__(self, data: TaskData, worker_id: int, num_workers: int, seed: int = 0) -> None:
+        self._data = data
+        self._shard = shard_indices(len(data), worker_id, num_workers)
+        if len(self._shard) == 0:
+            raise ValueError(
+                f"worker_id {worker_id} gets no rows: {len(data)} samples over {num_workers} workers"
+            )
+        self._generator = torch.Generator().manual_seed(seed + worker_id)
+        self._order = self._shard[torch.randperm(len(self._shard), generator=self._generator)]
+        self._position = 0
+        self._epoch = 0
+
+    @property
+    def shard(self) -> torch.Tensor:
+        """Dataset rows this worker owns (unshuffled)."""
+        return self._shard
+
+    @property
+    def epoch(self) -> int:
+        """Number of completed passes over the shard."""
+        return self._epoch
+
+    def next_indices(self, batch_size: int) -> torch.Tensor:
+        """Dataset row indices of the next batch."""
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        pieces = []
+        needed = batch_size
+        while needed > 0:
+            if self._position == len(self._order):
+                self._order = self._shard[torch.randperm(len(self._shard), generator=self._generator)]
+                self._position = 0
+                self._epoch += 1
+            take = min(needed, len(self._order) - self._position)
+            pieces.append(self._order[self._position : self._position + take])
+            self._position += take
+            needed -= take
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+
+    def next_batch(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) of exactly `batch_size` samples."""
+        indices = self.next_indices(batch_size)
+        return self._data.inputs[indices], self._data.targets[indices]

@@ -1,0 +1,119 @@
+"""The worker's link to the coordinator: join once, then report every iteration off the hot path.
+
+Reports go through a background thread, so a slow or restarting coordinator never
+stalls training; the latest directives it answered with are read at the next
+iteration boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import grpc
+import psutil
+
+from star.logs import log
+from star.rpc import star_pb2 as pb
+from star.rpc import star_pb2_grpc as pb_grpc
+from star.rpc.common import CHANNEL_OPTIONS
+
+logger = logging.getLogger("worker")
+
+
+@dataclass(frozen=True)
+class IterationTimes:
+    iteration: int
+    compute_s: float
+    push_s: float
+    pull_s: float
+    batch_size: int
+    amp: bool
+    loss: float
+    slowdown: float
+
+
+class CoordinatorLink:
+    def __init__(self, address: str, worker_id: int, join_timeout_s: float = 60.0):
+        self.worker_id = worker_id
+        self.join_timeout_s = join_timeout_s
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.CoordinatorStub(self._channel)
+        self._queue: queue.Queue[pb.IterationReport | None] = queue.Queue(maxsize=256)
+        self._latest: pb.Directives | None = None
+        self._lock = threading.Lock()
+        self._process = psutil.Process()
+        self._process.cpu_percent(None)
+        self._thread = threading.Thread(target=self._send_loop, name="reporter", daemon=True)
+        self._thread.start()
+
+    def join(self, batch_size: int, amp: bool, stop: threading.Event) -> list[str]:
+        """Announce this worker; returns the PS addresses. Retries until join_timeout_s."""
+        request = pb.JoinRequest(worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid(), batch_size=batch_size)
+        deadline = time.monotonic() + self.join_timeout_s
+        delay = 0.2
+        while not stop.is_set():
+            try:
+                reply = self._stub.Join(request, timeout=5.0)
+                with self._lock:
+                    self._latest = reply.directives
+                return list(reply.ps_addresses)
+            except grpc.RpcError as exc:
+                if time.monotonic() > deadline or exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise
+                log(logger, logging.WARNING, "coordinator unreachable, retrying join", error=exc.code())
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        return []
+
+    def report(self, times: IterationTimes) -> None:
+        message = pb.IterationReport(
+            worker_id=self.worker_id,
+            iteration=times.iteration,
+            compute_s=times.compute_s,
+            push_s=times.push_s,
+            pull_s=times.pull_s,
+            batch_size=times.batch_size,
+            amp=times.amp,
+            loss=times.loss,
+            slowdown=times.slowdown,
+            cpu_percent=self._process.cpu_percent(None),
+        )
+        try:
+            self._queue.put_nowait(message)
+        except queue.Full:  # coordinator far behind: the newest report matters most
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            self._queue.put_nowait(message)
+
+    def directives(self) -> pb.Directives | None:
+        with self._lock:
+            return self._latest
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=2.0)
+        self._channel.close()
+
+    def _send_loop(self) -> None:
+        warned = False
+        while True:
+            message = self._queue.get()
+            if message is None:
+                return
+            try:
+                reply = self._stub.Report(message, timeout=5.0)
+                with self._lock:
+                    self._latest = reply
+                warned = False
+            except grpc.RpcError as exc:
+                if not warned:
+                    log(logger, logging.WARNING, "report to coordinator failed; training goes on", error=exc.code())
+                    warned = True

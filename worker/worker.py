@@ -1,0 +1,204 @@
+"""The worker daemon: pull -> compute (maybe slowed by a trace) -> push -> report, until told to stop.
+
+The whole training loop is `Worker.run`; everything it calls is small and named.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import grpc
+import torch
+
+from star.flat import FlatModel
+from star.logs import log
+from star.rpc.ps_client import PSClient, with_retries
+from star.tasks import BatchStream, get_task
+from star.traces import WorkerSlowdown, load_worker_slowdown, slowdown_sleep_s
+from worker.amp import AmpSwitch
+from worker.reporting import CoordinatorLink, IterationTimes
+
+logger = logging.getLogger("worker")
+
+
+class WorkerExit(Exception):
+    """The worker cannot go on (e.g. its PS stayed unreachable); exits non-zero."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """One worker process."""
+
+    worker_id: int = 0  # 0..num_workers-1
+    num_workers: int = 1  # total workers: decides this worker's data shard
+    task: str = "digits"  # built-in task name or module:function
+    seed: int = 0  # model init (identical on every worker) and data order
+    batch_size: int | None = None  # per iteration; default the task's; the coordinator may change it
+    coordinator: str | None = None  # host:port; PS addresses come from Join
+    ps_addresses: tuple[str, ...] = field(default=())  # direct PS addresses when there is no coordinator
+    trace_path: str | None = None  # slowdown trace to replay
+    trace_workers: str | None = None  # trace worker ids for run workers 0..N-1
+    trace_stretch: float = 1.0
+    amp: bool = False  # start with autocast on
+    device: str = "cpu"  # cpu | cuda
+    threads: int = 1  # torch intra-op threads
+    max_iterations: int | None = None  # stop after this many iterations (None: until told)
+    pull_poll_s: float = 2.0  # a blocked pull is re-issued this often, so a stop is noticed
+    ps_retry_attempts: int = 8  # unreachable PS: tries before exiting non-zero
+    ps_retry_base_s: float = 0.25  # first backoff delay, doubled per try (capped at 5 s)
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig):
+        self.config = config
+        self.stop = threading.Event()
+        self.device = torch.device(config.device)
+        self.task = get_task(config.task)
+        self.model = self.task.build_model(config.seed).to(self.device)
+        self.flat = FlatModel(self.model)
+        self.batch_size = config.batch_size or self.task.default_batch_size
+        self.amp = AmpSwitch(self.device, enabled=config.amp)
+        self.batches = BatchStream(self.task.train, config.worker_id, config.num_workers, seed=config.seed)
+        self.slowdown = self._load_slowdown()
+        self.iteration = 0
+        self.stale_pushes = 0
+
+    def _load_slowdown(self) -> WorkerSlowdown | None:
+        c = self.config
+        if not c.trace_path:
+            return None
+        return load_worker_slowdown(c.trace_path, c.worker_id, c.num_workers, c.trace_workers, c.trace_stretch)
+
+    # ---- the loop --------------------------------------------------------------
+    def run(self) -> int:
+        c = self.config
+        link = CoordinatorLink(c.coordinator, c.worker_id) if c.coordinator else None
+        addresses = list(c.ps_addresses) or (link.join(self.batch_size, self.amp.enabled, self.stop) if link else [])
+        if not addresses:
+            raise WorkerExit("no parameter servers: give ps_addresses or a coordinator")
+        with PSClient(addresses, c.worker_id) as ps:
+            self._connect(ps)
+            log(logger, logging.INFO, "training", worker=c.worker_id, numel=self.flat.numel, batch=self.batch_size)
+            while not self.stop.is_set() and (c.max_iterations is None or self.iteration < c.max_iterations):
+                t0 = time.monotonic()
+                if not self._pull(ps):
+                    break
+                t1 = time.monotonic()
+                loss, raw_compute_s = self._compute()
+                factor = self.slowdown.factor_at(self.iteration) if self.slowdown else 1.0
+                time.sleep(slowdown_sleep_s(raw_compute_s, factor))
+                t2 = time.monotonic()
+                self._push(ps)
+                t3 = time.monotonic()
+                self.iteration += 1
+                if link:
+                    link.report(IterationTimes(self.iteration, t2 - t1, t3 - t2, t1 - t0, self.batch_size, self.amp.enabled, loss, factor))
+                    self._obey(link)
+            log(logger, logging.INFO, "stopped", worker=c.worker_id, iterations=self.iteration, stale_pushes=self.stale_pushes)
+        if link:
+            link.close()
+        return 0
+
+    def _compute(self) -> tuple[float, float]:
+        """One forward/backward into the flat gradient; returns (loss, seconds)."""
+        start = time.monotonic()
+        inputs, targets = self.batches.next_batch(self.batch_size)
+        inputs, targets = inputs.to(self.device), targets.to(self.device)
+        for _ in range(8):  # fp16 overflow: retry with the lowered loss scale
+            self.flat.zero_grad()
+            with self.amp.autocast():
+                loss = self.task.loss_fn(self.model(inputs), targets)
+            if self.amp.backward(loss, self.flat.grads):
+                break
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        return float(loss.detach()), time.monotonic() - start
+
+    def _obey(self, link: CoordinatorLink) -> None:
+        directives = link.directives()
+        if directives is None:
+            return
+        if directives.stop:
+            self.stop.set()
+        if self.amp.set(directives.amp):
+            log(logger, logging.INFO, "amp switched", worker=self.config.worker_id, amp=directives.amp)
+        if directives.batch_size and directives.batch_size != self.batch_size:
+            log(logger, logging.INFO, "batch size changed", worker=self.config.worker_id, old=self.batch_size, new=directives.batch_size)
+            self.batch_size = directives.batch_size
+
+    # ---- PS I/O ----------------------------------------------------------------
+    def _retry(self, what: str, call):
+        def on_retry(attempt: int, exc: Exception) -> None:
+            log(
+                logger,
+                logging.WARNING,
+                f"{what}: parameter server unreachable, retrying",
+                attempt=f"{attempt}/{self.config.ps_retry_attempts}",
+                error=getattr(exc, "code", lambda: exc)(),
+            )
+
+        try:
+            return with_retries(
+                call, attempts=self.config.ps_retry_attempts, base_delay_s=self.config.ps_retry_base_s, on_retry=on_retry
+            )
+        except grpc.RpcError as exc:
+            raise WorkerExit(f"{what} failed after {self.config.ps_retry_attempts} tries: {exc.code()} {exc.details()}") from None
+
+    def _connect(self, ps: PSClient) -> None:
+        replies = self._retry("register", lambda: ps.register(self.flat.numel))
+        accepted = self._retry("init", lambda: ps.init_if_needed(self.flat.params, replies))
+        if accepted:
+            log(logger, logging.INFO, "initialised parameter servers", count=accepted)
+
+    def _pull(self, ps: PSClient) -> bool:
+        """Blocking pull, re-issued every pull_poll_s so that a stop request is noticed."""
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                ps.pull(self.flat.params, timeout_s=self.config.pull_poll_s)
+                return True
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    continue  # still blocked on the round: normal under SSGD with a straggler
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                failures += 1
+                if failures >= self.config.ps_retry_attempts:
+                    raise WorkerExit(f"pull failed after {failures} tries: {exc.code()} {exc.details()}") from None
+                log(logger, logging.WARNING, "pull: parameter server unreachable, retrying", attempt=failures)
+                time.sleep(min(self.config.ps_retry_base_s * 2 ** (failures - 1), 5.0))
+        return False
+
+    def _push(self, ps: PSClient) -> None:
+        try:
+            self._retry("push", lambda: ps.push(self.flat.grads, self.iteration, timeout_s=30.0))
+        except WorkerExit:
+            raise
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                # The plan changed (or the round closed) while we computed: pull again.
+                self.stale_pushes += 1
+                log(logger, logging.DEBUG, "push refused, pulling again", detail=exc.details())
+                return
+            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT and "NaN" in (exc.details() or ""):
+                log(logger, logging.WARNING, "gradient had NaN/Inf; skipped", iteration=self.iteration)
+                return
+            raise
+
+
+def run_worker(config: WorkerConfig) -> int:
+    torch.set_num_threads(config.threads)
+    worker = Worker(config)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: worker.stop.set())
+    try:
+        return worker.run()
+    except WorkerExit as exc:
+        log(logger, logging.ERROR, f"exiting: {exc}", worker=config.worker_id, host=socket.gethostname(), pid=os.getpid())
+        return 3
