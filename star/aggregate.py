@@ -14,9 +14,13 @@ Protocol, per worker: pull (may block) -> compute -> push -> pull -> ...
 - A round closes when `quorum` of its group's gradients arrived: their sum is applied
   (scaled per the plan) and the version is bumped.
 - A pull blocks while the worker has a gradient in an open round, or (SSP) while the
-  worker is more than `staleness_bound` pushes ahead of the slowest worker of the plan.
+  worker is more than `staleness_bound` pushes ahead of the slowest worker of the plan,
+  counting pushes since the plan took effect.
 - A new plan (higher epoch) closes every open round first: gradients already received
-  are applied under the old plan and their workers released; then the new plan rules.
+  are applied under the old plan and their workers released; then the new plan rules,
+  with every one of its workers' SSP clocks restarted at 0 (a worker that fell behind
+  under an earlier plan does not hold the others back under this one, and a
+  synchronous group cannot start with clocks further apart than its bound).
 
 Invariant (property-tested): accepted == applied + dropped + pending, where every
 accepted gradient ends up applied exactly once or dropped with a reason.
@@ -121,10 +125,13 @@ class Aggregator:
         self.version = 0
         self.counters: Counter[str] = Counter()
         self.staleness_histogram: Counter[int] = Counter()
-        self.clock: dict[int, int] = {}
+        self.clock: dict[int, int] = {}  # worker of the plan -> pushes accepted under the plan in force
         self._group_of: dict[int, int] = {}
         self._round: list[int] = []
         self._open: list[list[_Arrival]] = []
+        self._open_workers: list[set[int]] = []  # per group: workers with a gradient in the open round
+        self._clock_counts: Counter[int] = Counter()  # clock value -> how many workers of the plan have it
+        self._slowest_clock = 0  # min(clock) over the plan's workers, kept in O(1) per push
         self._pulled: dict[int, _PullRecord] = {}
         self._waiting: set[int] = set()
         self._next_id = 0
@@ -177,19 +184,33 @@ class Aggregator:
         gradient_id = self._next_id
         self._next_id += 1
         self.counters["accepted"] += 1
-        self.clock[worker] = self.clock.get(worker, 0) + 1
+        old_clock = self.clock[worker]
+        self.clock[worker] = old_clock + 1
+        self._clock_counts[old_clock] -= 1
+        if not self._clock_counts[old_clock]:
+            del self._clock_counts[old_clock]
+        self._clock_counts[old_clock + 1] += 1
+        slowest_moved = old_clock == self._slowest_clock and old_clock not in self._clock_counts
+        if slowest_moved:
+            self._slowest_clock = old_clock + 1
         del self._pulled[worker]
         group = self._group_of[worker]
         effects = Effects()
         arrival = _Arrival(gradient_id, worker, record.version, usable)
+        # Only the workers of a round this push closes can become ready, or (SSP) every
+        # waiting worker when this push moved the slowest clock up: check just those.
+        recheck: set[int] | None = None if plan.staleness_bound is not None and slowest_moved else set()
 
         if record.round == self._round[group]:
             self._open[group].append(arrival)
+            self._open_workers[group].add(worker)
             if not usable:
                 status = PushStatus.SKIPPED_NONFINITE
             else:
                 status = PushStatus.PENDING
             if len(self._open[group]) >= plan.quorum[group]:
+                if recheck is not None:
+                    recheck.update(self._open_workers[group])
                 effects.extend(self._close_round(group))
                 if usable:
                     status = PushStatus.APPLIED
@@ -202,7 +223,7 @@ class Aggregator:
         else:
             effects.drops.append(self._drop(gradient_id, "late"))
             status = PushStatus.LATE_DROPPED
-        effects.released.extend(self._release_ready())
+        effects.released.extend(self._release_ready(recheck))
         return PushOutcome(gradient_id, status, effects)
 
     # ---- plan changes ----------------------------------------------------------
@@ -218,14 +239,15 @@ class Aggregator:
         for group in range(len(self._open)):
             if self._open[group]:
                 effects.extend(self._close_round(group))
-        known_clocks = [self.clock[w] for w in plan.workers if w in self.clock]
-        floor = min(known_clocks) if known_clocks else 0
-        for worker in plan.workers:
-            self.clock.setdefault(worker, floor)
+        # SSP clocks count pushes under the plan in force: they restart at 0 with every plan.
+        self.clock = dict.fromkeys(plan.workers, 0)
+        self._clock_counts = Counter({0: len(self.clock)})
+        self._slowest_clock = 0
         self.plan = plan
         self._group_of = plan.group_of()
         self._round = [0] * len(plan.groups)
         self._open = [[] for _ in plan.groups]
+        self._open_workers = [set() for _ in plan.groups]
         self._pulled.clear()
         self.counters["plan_switches"] += 1
         effects.released.extend(self._release_ready())
@@ -264,22 +286,23 @@ class Aggregator:
     def _pull_ready(self, worker: int) -> bool:
         if self.plan is None or worker not in self._group_of:
             return True
-        group = self._group_of[worker]
-        if any(a.worker == worker for a in self._open[group]):
+        if worker in self._open_workers[self._group_of[worker]]:
             return False
         bound = self.plan.staleness_bound
         if bound is None:
             return True
-        slowest = min(self.clock.get(w, 0) for w in self.plan.workers)
-        return self.clock.get(worker, 0) - slowest <= bound
+        return self.clock[worker] - self._slowest_clock <= bound
 
     def _record_pull(self, worker: int) -> None:
         if self.plan is not None and worker in self._group_of:
             group = self._group_of[worker]
             self._pulled[worker] = _PullRecord(self._round[group], self.version)
 
-    def _release_ready(self) -> list[int]:
-        released = sorted(w for w in self._waiting if self._pull_ready(w))
+    def _release_ready(self, candidates: set[int] | None = None) -> list[int]:
+        """Release the waiting pulls that are ready; `candidates` limits the search to
+        the only workers whose readiness can have changed (None: every waiting worker)."""
+        pool = self._waiting if candidates is None else self._waiting & candidates
+        released = sorted(w for w in pool if self._pull_ready(w))
         for worker in released:
             self._waiting.discard(worker)
             self._record_pull(worker)
@@ -290,6 +313,7 @@ class Aggregator:
         assert plan is not None
         arrivals = self._open[group]
         self._open[group] = []
+        self._open_workers[group] = set()
         self._round[group] += 1
         effects = Effects()
         usable = [a for a in arrivals if a.usable]

@@ -39,7 +39,8 @@ class SyncPlan:
     groups: each group synchronises internally; groups never wait for each other.
     quorum: per group, how many of its gradients close a round.
     staleness_bound: SSP bound; a pull blocks while the puller is more than this many
-        pushes ahead of the slowest worker in the plan. None = unbounded.
+        pushes ahead of the slowest worker in the plan, counting pushes since the
+        plan took effect. None = unbounded.
     """
 
     epoch: int

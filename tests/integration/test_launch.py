@@ -1,0 +1,143 @@
+"""Whole jobs through `star launch`: 2 PSs x 4 workers reach the digits target in every mode,
+a live plan switch loses no update, bad configs fail before anything starts, and no
+process outlives the launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from star.config import from_dict, JobConfig
+from star.launch import launch
+from star.plan import asgd, kofn
+from star.rpc.ps_client import PSClient
+
+pytestmark = pytest.mark.integration
+
+MAX_TIME_S = 90.0
+
+
+def _assert_every_gradient_accounted_for(result: dict) -> None:
+    for ps in result["ps_stats"]:
+        assert ps["accepted"] == ps["applied"] + ps["dropped"] + ps["pending"], ps
+
+
+@pytest.mark.parametrize("mode", ["ssgd", "asgd", "kofn", "grouped", "ssp"])
+def test_two_ps_four_workers_reach_the_digits_target(tmp_path, mode):
+    config = from_dict(JobConfig, {"task": "digits", "workers": 4, "ps": 2, "out": str(tmp_path), "max_time_s": MAX_TIME_S, "plan": {"mode": mode}})
+    result = launch(config)
+    assert result["reached"], f"{mode}: final {result['final_metric']} after {result['train_s']} s"
+    assert result["final_metric"] >= 0.95
+    assert result["iterations"] > 0 and result["updates"] > 0
+    _assert_every_gradient_accounted_for(result)
+    curve = (tmp_path / "curve.csv").read_text().splitlines()
+    assert curve[0] == "time_s,version,metric" and len(curve) > 1
+    kinds = [json.loads(line)["kind"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert "plan" in kinds and "target_reached" in kinds
+
+
+def _ps_addresses(out: Path) -> list[str]:
+    addresses = []
+    for ready in sorted((out / "logs").glob("ps*.ready")):
+        addresses.append(f"127.0.0.1:{json.loads(ready.read_text())['port']}")
+    return addresses
+
+
+def test_live_plan_switches_mid_run_lose_no_update(tmp_path):
+    config = from_dict(JobConfig, {"task": "digits", "workers": 4, "ps": 2, "out": str(tmp_path), "max_time_s": MAX_TIME_S})
+    outcome: dict = {}
+    runner = threading.Thread(target=lambda: outcome.setdefault("result", launch(config)))
+    runner.start()
+    try:
+        switches = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(switches) < 2:
+            addresses = _ps_addresses(tmp_path)
+            if len(addresses) == 2:
+                with PSClient(addresses) as client:
+                    stats = client.stats()
+                    version = max(s.version for s in stats)
+                    if version >= 20 * (len(switches) + 1):
+                        plan = kofn(range(4), 3, epoch=2) if not switches else asgd(range(4), epoch=3)
+                        switches.append([r.flushed for r in client.configure(plan)])
+            time.sleep(0.2)
+    finally:
+        runner.join(timeout=300)
+    result = outcome["result"]
+    assert len(switches) == 2, "the run ended before both switches"
+    assert result["reached"]
+    _assert_every_gradient_accounted_for(result)
+    for ps in result["ps_stats"]:
+        assert ps["counters"].get("plan_switches") == 3  # initial plan + two live switches
+        assert ps["dropped"] == 0  # late k-of-N gradients are applied, never silently lost
+
+
+def test_bad_config_fails_at_start_naming_the_field(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "star.cli", "launch", "--task", "digits", "--workers", "4", "--mode", "kofn", "--k", "9", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode == 2
+    assert "plan.k" in completed.stderr
+    assert not (tmp_path / "logs").exists()
+
+
+def _descendants_alive(pids: list[int]) -> list[int]:
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "star.cli", "launch", "--task", "digits", "--workers", "2", "--ps", "1", "--max-time-s", "300",
+         "--target", "1.01", "--out", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (tmp_path / "curve.csv").exists():
+            time.sleep(0.5)
+        time.sleep(3)
+        children = [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
+        assert len(children) >= 4
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, output
+    time.sleep(0.5)
+    assert _descendants_alive(children) == []
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["interrupted"] is True and result["reached"] is False
+
+
+def test_a_crashed_child_fails_the_launch_and_stops_the_rest(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "star.cli", "launch", "--task", "digits", "--workers", "2", "--ps", "1", "--max-time-s", "300",
+         "--target", "1.01", "--out", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (tmp_path / "curve.csv").exists():
+            time.sleep(0.5)
+        children = psutil.Process(process.pid).children(recursive=True)
+        worker = next(c for c in children if "worker" in " ".join(c.cmdline()))
+        os.kill(worker.pid, signal.SIGKILL)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1
+    assert "exited with code -9" in output
+    time.sleep(0.5)
+    assert _descendants_alive([c.pid for c in children]) == []

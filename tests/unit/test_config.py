@@ -1,0 +1,69 @@
+"""Configs: TOML and flags map onto frozen dataclasses; bad values fail naming the field."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from star.cli_args import add_config_args, config_from_args
+from star.config import ConfigError, JobConfig, from_dict, load_toml, to_toml
+from star.evaluator import EvalPoint, time_to_target
+
+
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        ({"workers": 0}, "workers"),
+        ({"ps": 0}, "ps"),
+        ({"max_time_s": -1}, "max_time_s"),
+        ({"nonfinite": "ignore"}, "nonfinite"),
+        ({"plan": {"mode": "fastest"}}, "plan.mode"),
+        ({"plan": {"k": 9}}, "plan.k"),
+        ({"plan": {"groups": "0,1;x"}}, "plan.groups"),
+        ({"plan": {"mode": "grouped", "groups": "0,1;2"}}, "plan."),
+        ({"optimizer": {"lr": -0.1}}, "optimizer.lr"),
+        ({"optimizer": {"name": "lbfgs"}}, "optimizer.name"),
+        ({"trace": {"stretch": 0}}, "trace.stretch"),
+        ({"trace": {"path": "/nonexistent.csv"}}, "trace.path"),
+        ({"workers": "four"}, "workers"),
+        ({"plan": {"colour": "red"}}, "plan.colour"),
+    ],
+)
+def test_bad_config_fails_naming_the_field(data, field):
+    with pytest.raises(ConfigError) as error:
+        from_dict(JobConfig, data)
+    assert field in str(error.value)
+
+
+def test_toml_round_trip_keeps_every_field(tmp_path):
+    config = from_dict(JobConfig, {"workers": 3, "plan": {"mode": "kofn", "k": 2}, "optimizer": {"lr": 0.2}})
+    path = tmp_path / "job.toml"
+    path.write_text(to_toml(config))
+    assert from_dict(JobConfig, load_toml(path)) == config
+
+
+def test_flags_override_toml_and_dotted_and_dashed_flags_agree(tmp_path):
+    parser = argparse.ArgumentParser()
+    add_config_args(parser, JobConfig)
+    base = {"workers": 8, "plan": {"mode": "asgd"}}
+    args = parser.parse_args(["--plan.mode", "kofn", "--plan-k", "3", "--trace-stretch", "0.5"])
+    config = config_from_args(JobConfig, args, base)
+    assert (config.workers, config.plan.mode, config.plan.k, config.trace.stretch) == (8, "kofn", 3, 0.5)
+
+
+def test_plan_config_builds_the_documented_defaults():
+    job = from_dict(JobConfig, {"workers": 4, "plan": {"mode": "kofn"}})
+    assert job.plan.build(4).quorum == (3,)
+    grouped = from_dict(JobConfig, {"workers": 4, "plan": {"mode": "grouped"}}).plan.build(4)
+    assert grouped.groups == ((0, 1), (2, 3))
+    assert from_dict(JobConfig, {"plan": {"mode": "ssp"}}).plan.build(4).staleness_bound == 2
+
+
+@pytest.mark.parametrize(
+    "metrics, higher, expected",
+    [([0.5, 0.96, 0.97], True, 2.0), ([0.5, 0.9], True, None), ([3.0, 1.9, 1.5], False, 2.0), ([float("nan"), 0.99], True, 2.0)],
+)
+def test_time_to_target_is_the_first_evaluation_at_or_past_the_target(metrics, higher, expected):
+    points = [EvalPoint(float(i + 1), i, m) for i, m in enumerate(metrics)]
+    assert time_to_target(points, 0.95 if higher else 2.0, higher) == expected
