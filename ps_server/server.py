@@ -26,7 +26,7 @@ from star.optim import build_optimizer
 from star.plan import PlanError
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import CHANNEL_OPTIONS, plan_from_proto, write_ready_file
+from star.rpc.common import CHANNEL_OPTIONS, plan_from_proto, tune_malloc, write_ready_file
 
 logger = logging.getLogger("ps")
 
@@ -49,6 +49,12 @@ class PSConfig:
     threads: int = 1  # torch intra-op threads
 
 
+def all_finite(tensor: torch.Tensor) -> bool:
+    """Exact NaN/Inf check: a finite sum implies finite elements (NaN and Inf propagate through a sum),
+    so only a sum that overflowed needs the elementwise pass (which allocates a numel bool tensor)."""
+    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
+
+
 class _Rejected(Exception):
     def __init__(self, code: grpc.StatusCode, reason: str, message: str):
         super().__init__(message)
@@ -65,8 +71,13 @@ class ShardState:
         self._snapshot: tuple[int, list[tuple[int, bytes]]] | None = None
 
     def apply(self, gradients: list[torch.Tensor], scale: float) -> None:
-        total = gradients[0].clone() if len(gradients) == 1 else torch.stack(gradients).sum(0)
-        total.mul_(scale)
+        # The gradients are this server's own receive buffers, used once: sum into the first in place
+        # (same left-to-right order as stack(...).sum(0), without a stacked N x numel copy).
+        total = gradients[0]
+        for gradient in gradients[1:]:
+            total.add_(gradient)
+        if scale != 1.0:
+            total.mul_(scale)
         self.param.grad = total
         self.optimizer.step()
         self.param.grad = None
@@ -204,7 +215,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
     async def Push(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.PushReply:
         try:
             header, gradient = await self._receive_push(request_iterator)
-            usable = bool(torch.isfinite(gradient).all())
+            usable = all_finite(gradient)
             if not usable and self.config.nonfinite == "reject":
                 raise _Rejected(
                     grpc.StatusCode.INVALID_ARGUMENT,
@@ -343,6 +354,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
 async def serve(config: PSConfig, ready_file: str | None = None) -> None:
     """Run until SIGINT/SIGTERM, then stop accepting RPCs and exit cleanly."""
     torch.set_num_threads(config.threads)
+    tune_malloc()
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
     servicer = ParameterServer(config)
     pb_grpc.add_ParameterServerServicer_to_server(servicer, server)

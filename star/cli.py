@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from star.launch import die_with_parent
+
+    die_with_parent()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -11,7 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-MAX_CHUNK_BYTES = 4 * 1024 * 1024
+MAX_CHUNK_BYTES = 4 * 1024 * 1024  # the largest chunk a receiver accepts
+# What senders cut payloads into. Smaller chunks let serialisation, the socket and the receiver's
+# copy overlap (and keep each buffer under malloc's mmap threshold): 16 MiB push+pull on loopback
+# measured ~40% faster at 512 KiB than at 4 MiB; below ~256 KiB per-message overhead dominates.
+SEND_CHUNK_BYTES = 512 * 1024
 WIRE_DTYPE = "float32"  # little-endian IEEE float32 on the wire
 _ELEMENT_BYTES = 4
 
@@ -83,7 +87,7 @@ def shard_ranges(total_numel: int, num_shards: int) -> list[ShardRange]:
     return ranges
 
 
-def tensor_chunks(tensor: torch.Tensor, max_chunk_bytes: int = MAX_CHUNK_BYTES) -> list[tuple[int, bytes]]:
+def tensor_chunks(tensor: torch.Tensor, max_chunk_bytes: int = SEND_CHUNK_BYTES) -> list[tuple[int, bytes]]:
     """(element offset, raw bytes) pieces of at most max_chunk_bytes: one copy per byte."""
     array = tensor.detach().to("cpu", torch.float32).contiguous().numpy().astype("<f4", copy=False)
     step = max(1, max_chunk_bytes // _ELEMENT_BYTES)

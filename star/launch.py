@@ -2,7 +2,7 @@
 
 Every child is a real process talking gRPC on loopback, with its log in OUT/logs/.
 The launcher shows progress, and shuts every child down on success, on Ctrl-C, and
-when any child crashes; children also die with the launcher (PR_SET_PDEATHSIG), so
+when any child crashes; children also die with the launcher (PR_SET_PDEATHSIG, set by each child), so
 no process outlives a job.
 """
 
@@ -31,12 +31,24 @@ class LaunchError(RuntimeError):
     """The job could not run to its end (a child crashed, a daemon never came up)."""
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: get SIGTERM when the launcher dies, even by SIGKILL."""
+PARENT_PID_ENV = "STAR_PARENT_PID"
+
+
+def die_with_parent() -> None:
+    """Called first thing in every child: get SIGTERM when the launcher dies, even by SIGKILL.
+
+    Done in the child (not as a Popen preexec_fn, which runs Python between fork and
+    exec and can hang when the parent has gRPC threads).
+    """
+    parent = os.environ.get(PARENT_PID_ENV)
+    if not parent:
+        return
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
-        pass
+        return
+    if os.getppid() != int(parent):  # the launcher died before prctl took effect
+        os._exit(143)
 
 
 @dataclass
@@ -56,14 +68,18 @@ class ProcessGroup:
     def spawn(self, name: str, args: list[str]) -> Child:
         log_path = self.log_dir / f"{name}.log"
         handle = open(log_path, "w")
-        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+        env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+            **{PARENT_PID_ENV: str(os.getpid())},
+        )
         process = subprocess.Popen(
             [sys.executable, "-m", "star.cli", *args],
             stdout=handle,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
-            preexec_fn=_die_with_parent,
         )
         handle.close()
         child = Child(name, process, log_path)

@@ -50,6 +50,22 @@ def plan_from_proto(message: pb.Plan) -> SyncPlan:
     )
 
 
+def tune_malloc(mmap_threshold: int = 32 * 1024 * 1024, trim_threshold: int = 1024 * 1024 * 1024) -> bool:
+    """Keep freed payload-sized blocks (chunk bytes, receive buffers, snapshots) in glibc's heap.
+
+    By default a block above the (dynamic) mmap threshold is mmap'ed and unmapped on free, so every
+    push/pull re-faults fresh zeroed pages for each chunk and buffer. 32 MiB is glibc's upper limit.
+    No-op (False) where mallopt is unavailable (non-glibc).
+    """
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-3, mmap_threshold)) and bool(libc.mallopt(-1, trim_threshold))  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        return False
+
+
 def write_ready_file(path: str | None, **info: object) -> None:
     """Tell a launcher the daemon is serving (and on which port), atomically."""
     if not path:

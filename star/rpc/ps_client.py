@@ -19,7 +19,7 @@ from star.flat import WIRE_DTYPE, ShardRange, shard_ranges, tensor_chunks, write
 from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import CHANNEL_OPTIONS, plan_to_proto
+from star.rpc.common import CHANNEL_OPTIONS, plan_to_proto, tune_malloc
 
 T = TypeVar("T")
 
@@ -42,6 +42,7 @@ class PSClient:
             raise ValueError("ps_addresses must name at least one parameter server")
         self.addresses = list(addresses)
         self.worker_id = worker_id
+        tune_malloc()  # chunk bytes and protobuf copies are allocated and freed on every push/pull
         self._channels = [grpc.insecure_channel(a, options=CHANNEL_OPTIONS) for a in self.addresses]
         self._stubs = [pb_grpc.ParameterServerStub(c) for c in self._channels]
         self._pool = ThreadPoolExecutor(max_workers=len(self.addresses), thread_name_prefix="ps-io")
