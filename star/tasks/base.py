@@ -17,9 +17,12 @@ METRICS = ("accuracy", "loss")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TaskData:
-    """Paired inputs/targets; row i of each belongs to sample i."""
+    """Paired inputs/targets; row i of each belongs to sample i.
+
+    eq=False: field-wise == on tensors is ambiguous, so identity it is.
+    """
 
     inputs: torch.Tensor
     targets: torch.Tensor
@@ -40,9 +43,13 @@ class TaskData:
         return self.inputs.shape[0]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Task:
-    """A model/data/loss bundle plus the defaults it was calibrated with."""
+    """A model/data/loss bundle plus the defaults it was calibrated with.
+
+    default_momentum is SGD's momentum, or beta1 for adam/adamw.
+    eval_batch_size only bounds evaluate's memory; it never affects results.
+    """
 
     name: str
     build_model: Callable[[int], torch.nn.Module]

@@ -44,25 +44,35 @@ def split_indices(labels: np.ndarray, data_seed: int) -> tuple[np.ndarray, np.nd
 
 
 class DigitsNet(nn.Module):
-    """Five 3x3 convs (three at 16x16 after upsampling), two max-pools, linear head."""
+    """Four 3x3 convs at 16x16 (after upsampling), one 4x4 max-pool, linear head.
 
-    def __init__(self, width: int = 48, deep_width: int = 64) -> None:
+    All convs run at 16x16 where a parameter is reused 256 times per image,
+    so the step is compute-heavy while the model is ~0.5 MB. There is no
+    normalisation layer: GroupNorm erased most of the bf16 autocast
+    speed-up, and BatchNorm's running stats are not parameters the servers
+    would aggregate. Kaiming init plus a zero head keeps it trainable.
+    """
+
+    def __init__(self, width: int = 64) -> None:
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(1, width, 3, padding=1),
             nn.ReLU(),
             nn.Conv2d(width, width, 3, padding=1),
             nn.ReLU(),
-            nn.Conv2d(width, deep_width, 3, padding=1),
+            nn.Conv2d(width, width, 3, padding=1),
             nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(deep_width, deep_width, 3, padding=1),
+            nn.Conv2d(width, width, 3, padding=1),
             nn.ReLU(),
-            nn.Conv2d(deep_width, deep_width, 3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
+            nn.MaxPool2d(4),
         )
-        self.head = nn.Linear(deep_width * 4 * 4, NUM_CLASSES)
+        self.head = nn.Linear(width * 4 * 4, NUM_CLASSES)
+        for module in self.features:
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+                nn.init.zeros_(module.bias)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         upsampled = F.interpolate(images, scale_factor=2, mode="nearest")
@@ -74,6 +84,7 @@ def build_model(seed: int) -> nn.Module:
 
 
 def build_task(data_seed: int = 0) -> Task:
+    """`data_seed` picks the stratified split; defaults were tuned on seeds 0 and 1."""
     images, labels = load_arrays()
     train, heldout = split_indices(labels, data_seed)
     return Task(
@@ -86,7 +97,7 @@ def build_task(data_seed: int = 0) -> Task:
         higher_is_better=True,
         default_target=0.95,
         default_batch_size=32,
-        default_lr=0.05,
+        default_lr=0.001,
         default_optimizer="sgd",
         default_momentum=0.9,
     )
