@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,7 +160,9 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     def on_signal(signum, frame):
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_signal)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:  # SIGTERM to the launcher shuts the job down like Ctrl-C
+        signal.signal(signal.SIGTERM, on_signal)
     try:
         ps_addresses = []
         for i in range(config.ps):
@@ -206,8 +209,9 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
         interrupted = True
     finally:
         group.shutdown()
-        for signum, handler in previous_handlers.items():
-            signal.signal(signum, handler)
+        if in_main_thread:
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
     result_path = out / "result.json"
     if not result_path.exists():
         raise LaunchError("interrupted before a result was written" if interrupted else f"no result written to {result_path}")
@@ -233,6 +237,10 @@ def _monitor(group: ProcessGroup, coordinator_address: str, progress: Callable[[
             try:
                 status = stub.JobStatus(pb.JobStatusRequest(), timeout=5.0)
             except grpc.RpcError as exc:
+                time.sleep(0.5)  # a crashed child explains more than a dead channel does
+                crashed = group.crashed()
+                if crashed is not None:
+                    continue
                 raise LaunchError(f"coordinator stopped answering: {exc.code()}") from None
             if progress and (time.monotonic() - last_print >= 1.0 or status.state == "finished"):
                 progress(format_status(status))

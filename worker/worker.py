@@ -18,7 +18,7 @@ import torch
 
 from star.flat import FlatModel
 from star.logs import log
-from star.rpc.ps_client import PSClient, with_retries
+from star.rpc.ps_client import RETRYABLE, PSClient, with_retries
 from star.tasks import BatchStream, get_task
 from star.traces import WorkerSlowdown, load_worker_slowdown, slowdown_sleep_s
 from worker.amp import AmpSwitch
@@ -148,6 +148,8 @@ class Worker:
                 call, attempts=self.config.ps_retry_attempts, base_delay_s=self.config.ps_retry_base_s, on_retry=on_retry
             )
         except grpc.RpcError as exc:
+            if exc.code() not in RETRYABLE:
+                raise  # a refusal, not an outage: the caller decides
             raise WorkerExit(f"{what} failed after {self.config.ps_retry_attempts} tries: {exc.code()} {exc.details()}") from None
 
     def _connect(self, ps: PSClient) -> None:
@@ -178,8 +180,6 @@ class Worker:
     def _push(self, ps: PSClient) -> None:
         try:
             self._retry("push", lambda: ps.push(self.flat.grads, self.iteration, timeout_s=30.0))
-        except WorkerExit:
-            raise
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 # The plan changed (or the round closed) while we computed: pull again.

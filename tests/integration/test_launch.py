@@ -91,6 +91,17 @@ def test_bad_config_fails_at_start_naming_the_field(tmp_path):
     assert not (tmp_path / "logs").exists()
 
 
+def _wait_for_training(out: Path, timeout_s: float = 120.0) -> None:
+    """Until the evaluator has recorded a first point (so every daemon is up and training)."""
+    curve = out / "curve.csv"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if curve.exists() and len(curve.read_text().splitlines()) >= 2:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no training within {timeout_s} s")
+
+
 def _descendants_alive(pids: list[int]) -> list[int]:
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
@@ -102,10 +113,7 @@ def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (tmp_path / "curve.csv").exists():
-            time.sleep(0.5)
-        time.sleep(3)
+        _wait_for_training(tmp_path)
         children = [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
         assert len(children) >= 4
         process.send_signal(signal.SIGINT)
@@ -127,11 +135,9 @@ def test_a_crashed_child_fails_the_launch_and_stops_the_rest(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (tmp_path / "curve.csv").exists():
-            time.sleep(0.5)
+        _wait_for_training(tmp_path)
         children = psutil.Process(process.pid).children(recursive=True)
-        worker = next(c for c in children if "worker" in " ".join(c.cmdline()))
+        worker = next(c for c in children if c.cmdline()[3:4] == ["worker"])  # python -m star.cli worker ...
         os.kill(worker.pid, signal.SIGKILL)
         output, _ = process.communicate(timeout=60)
     finally:

@@ -1,0 +1,100 @@
+"""Straggler detection: robust statistics over per-worker compute times, with hysteresis.
+
+Input is each worker's *own* slowness — its compute seconds per sample, measured
+without the time it spent blocked waiting on others and normalised for AMP (so a
+straggler that AMP sped up is still recognised as the slow machine it is) — never
+its iteration wall time, which under SSGD is the same for everyone.
+
+Rules (DESIGN §5):
+- MAD (Korel): slow when t_i > median + k·1.4826·MAD and t_i > (1+m)·median.
+- relative (STAR): slow when (t_i − t_min) / t_min > threshold.
+Hysteresis: a worker enters the slow set after `enter_n` consecutive slow decisions
+and leaves it after `exit_n` consecutive normal ones, so one noisy window never flaps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Mapping
+
+MAD_TO_SIGMA = 1.4826
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Straggler detector settings."""
+
+    rule: str = "mad"  # mad | relative
+    k: float = 3.0  # MAD rule: how many robust sigmas above the median
+    margin: float = 0.1  # MAD rule: and at least this fraction above the median
+    relative_threshold: float = 0.2  # relative rule: (t - t_min) / t_min above this
+    enter_n: int = 2  # consecutive slow decisions before a worker counts as a straggler
+    exit_n: int = 2  # consecutive normal decisions before it counts as recovered
+
+    def __post_init__(self) -> None:
+        if self.rule not in ("mad", "relative"):
+            raise ValueError(f"detector.rule={self.rule!r}: one of mad, relative")
+        for name in ("enter_n", "exit_n"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"detector.{name}={getattr(self, name)}: must be >= 1")
+        if self.k < 0 or self.margin < 0 or self.relative_threshold <= 0:
+            raise ValueError("detector.k, detector.margin must be >= 0 and detector.relative_threshold > 0")
+
+
+def slow_now(times: Mapping[int, float], config: DetectorConfig) -> frozenset[int]:
+    """The workers whose time is an outlier in this one window (no hysteresis)."""
+    if len(times) < 2:
+        return frozenset()
+    values = list(times.values())
+    if config.rule == "relative":
+        fastest = min(values)
+        if fastest <= 0:
+            return frozenset()
+        return frozenset(w for w, t in times.items() if (t - fastest) / fastest > config.relative_threshold)
+    median = statistics.median(values)
+    mad = statistics.median(abs(t - median) for t in values)
+    threshold = max(median + config.k * MAD_TO_SIGMA * mad, (1 + config.margin) * median)
+    return frozenset(w for w, t in times.items() if t > threshold)
+
+
+@dataclass(frozen=True)
+class Detection:
+    stragglers: frozenset[int]  # the slow set after hysteresis
+    entered: frozenset[int]  # became stragglers at this decision
+    exited: frozenset[int]  # recovered at this decision
+    outliers: frozenset[int]  # slow in this window alone
+
+
+@dataclass
+class StragglerDetector:
+    """Keeps the hysteresis counters; `decide` is pure given them."""
+
+    config: DetectorConfig = field(default_factory=DetectorConfig)
+    stragglers: set[int] = field(default_factory=set)
+    _slow_streak: dict[int, int] = field(default_factory=dict)
+    _normal_streak: dict[int, int] = field(default_factory=dict)
+
+    def decide(self, times: Mapping[int, float]) -> Detection:
+        outliers = slow_now(times, self.config)
+        entered, exited = set(), set()
+        for worker in times:
+            if worker in outliers:
+                self._slow_streak[worker] = self._slow_streak.get(worker, 0) + 1
+                self._normal_streak[worker] = 0
+                if worker not in self.stragglers and self._slow_streak[worker] >= self.config.enter_n:
+                    self.stragglers.add(worker)
+                    entered.add(worker)
+            else:
+                self._normal_streak[worker] = self._normal_streak.get(worker, 0) + 1
+                self._slow_streak[worker] = 0
+                if worker in self.stragglers and self._normal_streak[worker] >= self.config.exit_n:
+                    self.stragglers.discard(worker)
+                    exited.add(worker)
+        return Detection(frozenset(self.stragglers), frozenset(entered), frozenset(exited), outliers)
+
+    def forget(self, worker: int) -> None:
+        """A lost worker leaves every set."""
+        self.stragglers.discard(worker)
+        self._slow_streak.pop(worker, None)
+        self._normal_streak.pop(worker, None)

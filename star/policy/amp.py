@@ -1,0 +1,99 @@
+"""AMP policy (after Korel): mixed precision on for detected stragglers, off when they recover.
+
+Each toggle is verified: after a switch-on, once the worker has reported enough fresh
+iterations, its compute time per sample must have fallen by at least `min_gain`;
+otherwise the switch is undone and AMP is remembered as ineffective for that worker.
+A worker is toggled at most once per decision period.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping
+
+
+class AmpState(str, Enum):
+    OFF = "off"
+    VERIFYING = "verifying"  # just switched on; waiting for fresh timings
+    ON = "on"  # switched on and shown to help
+    INEFFECTIVE = "ineffective"  # tried, did not help: never again for this worker
+
+
+@dataclass(frozen=True)
+class AmpConfig:
+    """AMP policy settings."""
+
+    min_gain: float = 0.1  # the per-sample time must fall by at least this fraction to keep AMP on
+    verify_reports: int = 3  # fresh iterations (with AMP on) needed before judging a toggle
+
+
+@dataclass(frozen=True)
+class AmpDecision:
+    worker: int
+    amp: bool
+    reason: str
+
+
+@dataclass
+class _WorkerAmp:
+    state: AmpState = AmpState.OFF
+    baseline_s: float = 0.0  # per-sample compute time just before switching on
+    speedup: float = 1.0  # measured: baseline / time with AMP
+    last_toggle_period: int = -1
+
+
+@dataclass
+class AmpPolicy:
+    config: AmpConfig = field(default_factory=AmpConfig)
+    workers: dict[int, _WorkerAmp] = field(default_factory=dict)
+
+    def enabled(self, worker: int) -> bool:
+        return self.workers.get(worker, _WorkerAmp()).state in (AmpState.VERIFYING, AmpState.ON)
+
+    def speedup(self, worker: int) -> float:
+        """How much AMP speeds this worker up (1 when off), to normalise its timings."""
+        w = self.workers.get(worker)
+        return w.speedup if w is not None and w.state is AmpState.ON else 1.0
+
+    def decide(
+        self,
+        period: int,
+        stragglers: frozenset[int],
+        per_sample_s: Mapping[int, float],
+        amp_reports: Mapping[int, int],
+    ) -> list[AmpDecision]:
+        """per_sample_s: each worker's recent raw compute seconds per sample (AMP as it ran);
+        amp_reports: how many of its recent reports ran with AMP on."""
+        decisions = []
+        for worker, time_s in sorted(per_sample_s.items()):
+            w = self.workers.setdefault(worker, _WorkerAmp())
+            if w.last_toggle_period == period:
+                continue
+            decision = self._decide_one(worker, w, worker in stragglers, time_s, amp_reports.get(worker, 0))
+            if decision is not None:
+                w.last_toggle_period = period
+                decisions.append(decision)
+        return decisions
+
+    def _decide_one(self, worker: int, w: _WorkerAmp, slow: bool, time_s: float, amp_reports: int) -> AmpDecision | None:
+        if w.state is AmpState.OFF and slow:
+            w.state, w.baseline_s = AmpState.VERIFYING, time_s
+            return AmpDecision(worker, True, f"straggler: per-sample compute {time_s * 1e3:.3f} ms; trying AMP")
+        if w.state is AmpState.VERIFYING and amp_reports >= self.config.verify_reports:
+            if time_s <= w.baseline_s * (1 - self.config.min_gain):
+                w.state, w.speedup = AmpState.ON, w.baseline_s / time_s
+                return None  # verified: stays on, nothing to send
+            w.state = AmpState.INEFFECTIVE
+            return AmpDecision(
+                worker,
+                False,
+                f"AMP did not help ({w.baseline_s * 1e3:.3f} -> {time_s * 1e3:.3f} ms/sample); undone, marked ineffective",
+            )
+        if w.state is AmpState.ON and not slow:
+            w.state, w.speedup = AmpState.OFF, 1.0
+            return AmpDecision(worker, False, "recovered: straggler no longer detected")
+        return None
+
+    def forget(self, worker: int) -> None:
+        self.workers.pop(worker, None)
