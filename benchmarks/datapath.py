@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/datapath.py`
 import grpc
 import torch
 
-from star.launch import ProcessGroup, _die_with_parent, _wait_ready
+from star.launch import ProcessGroup, _wait_ready
 from star.plan import asgd
 from star.rpc.common import address
 from star.rpc.ps_client import PSClient
@@ -163,9 +163,11 @@ def gloo_rank_main(rank: int, port: int, numel: int, parent_pid: int) -> None:
 
     import torch.distributed as dist
 
-    # Die with the benchmark. Set here rather than with Popen(preexec_fn=...), which is not safe once the
-    # parent has other threads (gRPC, OpenMP): the forked child can deadlock before exec.
-    _die_with_parent()
+    # Die with the benchmark (PR_SET_PDEATHSIG), set in the child itself: a Popen preexec_fn is not
+    # safe once the parent has other threads (gRPC, OpenMP).
+    import ctypes
+
+    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
     if os.getppid() != parent_pid:
         raise SystemExit("datapath: parent exited before this gloo rank started")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops this rank
@@ -298,8 +300,7 @@ def run(numel: int, num_ps: int, iterations: int, warmup: int) -> dict:
         gloo, ps = GlooBench(numel), PSBench(numel, num_ps, Path(tmp))
         finished = False
         try:
-            # Children first: ProcessGroup.spawn forks with a preexec_fn, which must happen before this
-            # process has gRPC threads.
+            # Children first, before this process has gRPC threads.
             gloo.start()
             ps.start()
             pushes, pulls, round_trips, all_reduces = [], [], [], []
