@@ -24,6 +24,7 @@ from star.flat import MAX_CHUNK_BYTES, WIRE_DTYPE, ChunkAssembler, FlatError, Sh
 from star.logs import log
 from star.optim import build_optimizer
 from star.plan import PlanError
+from star.policy.noise import NoiseAccumulator
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS, plan_from_proto, tune_malloc, write_ready_file
@@ -98,6 +99,8 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         self.registered: set[int] = set()
         self.rejected: dict[str, int] = {}
         self._gradients: dict[int, torch.Tensor] = {}
+        self._batch_sizes: dict[int, int] = {}
+        self.noise = NoiseAccumulator()
         self._waiters: dict[int, asyncio.Future] = {}
         self._started = time.monotonic()
         self._first_update: float | None = None
@@ -121,12 +124,16 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         shard = self.shard
         for apply in effects.applies:
             gradients = [self._gradients.pop(gid) for gid in apply.gradient_ids]
+            batches = [self._batch_sizes.pop(gid, 0) for gid in apply.gradient_ids]
+            if len(gradients) >= 2 and all(batches):
+                self.noise.observe(gradients, batches)  # before the in-place sum below
             assert shard is not None
             shard.apply(gradients, apply.scale)
             if self._first_update is None:
                 self._first_update = time.monotonic()
         for drop in effects.drops:
             self._gradients.pop(drop.gradient_id, None)
+            self._batch_sizes.pop(drop.gradient_id, None)
         for worker in effects.released:
             future = self._waiters.pop(worker, None)
             if future is not None and not future.done():
@@ -231,6 +238,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             raise
         if usable:
             self._gradients[outcome.gradient_id] = gradient
+            self._batch_sizes[outcome.gradient_id] = header.batch_size
         self._carry_out(outcome.effects)
         return pb.PushReply(status=outcome.status.value, version=self.aggregator.version, gradient_id=outcome.gradient_id)
 
@@ -340,6 +348,10 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             staleness={int(k): v for k, v in agg.staleness_histogram.items()},
             since_first_update_s=self._since_first_update(),
             waiting_pulls=len(agg.waiting),
+            noise_small_sq=self.noise.small_sq,
+            noise_big_sq=self.noise.big_sq,
+            noise_small_batch=self.noise.small_batch,
+            noise_big_batch=self.noise.big_batch,
         )
         if self.shard is not None:
             reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end

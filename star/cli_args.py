@@ -27,7 +27,7 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, prefix: str = ""
             continue
         flags = sorted({f"--{dotted}", f"--{dotted.replace('_', '-').replace('.', '-')}"}, key=len)
         help_text = docs.get(f.name, "")
-        if hint is bool:
+        if hint is bool or bool in typing.get_args(hint):
             parser.add_argument(*flags, dest=dotted, action="store_const", const=True, default=argparse.SUPPRESS, help=help_text)
             no_flag = f"--no-{dotted.replace('_', '-').replace('.', '-')}"
             parser.add_argument(no_flag, dest=dotted, action="store_const", const=False, default=argparse.SUPPRESS, help=argparse.SUPPRESS)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from star.plan import MODES, PlanError, SyncPlan, parse_groups, plan_for_mode
+from star.plan import PlanError, SyncPlan, parse_groups, plan_for_mode
+from star.policy.controller import STRATEGIES, ControlConfig, initial_mode
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 NONFINITE_POLICIES = ("reject", "skip")
@@ -78,14 +79,14 @@ class OptimizerConfig:
 class PlanConfig:
     """The synchronisation mode a job starts in (see star.plan)."""
 
-    mode: str = "ssgd"  # ssgd | asgd | kofn | grouped | ssp | exclude
+    mode: str = "ssgd"  # strategy: ssgd | asgd | kofn | grouped | ssp (fixed plans) | exclude | amp | batch | auto
     k: int | None = None  # k-of-N quorum; default N-1
     groups: str | None = None  # grouped mode: "0,1;2,3"; default two halves
     staleness: int = 2  # SSP staleness bound (pushes ahead of the slowest)
     late_policy: str = "apply"  # k-of-N late gradients: apply (staleness recorded) | drop
 
     def __post_init__(self) -> None:
-        _require(self.mode in MODES, "plan.mode", self.mode, f"one of {', '.join(MODES)}")
+        _require(self.mode in STRATEGIES, "plan.mode", self.mode, f"one of {', '.join(STRATEGIES)}")
         _require(self.k is None or self.k >= 1, "plan.k", self.k, "must be >= 1")
         _require(self.staleness >= 0, "plan.staleness", self.staleness, "must be >= 0")
         _require(self.late_policy in ("apply", "drop"), "plan.late_policy", self.late_policy, "apply | drop")
@@ -100,7 +101,7 @@ class PlanConfig:
 
         try:
             plan = plan_for_mode(
-                self.mode, num_workers, k=self.k, groups=self.groups, staleness=self.staleness, epoch=epoch
+                initial_mode(self.mode), num_workers, k=self.k, groups=self.groups, staleness=self.staleness, epoch=epoch
             )
         except PlanError as exc:
             raise ConfigError(f"plan.{_plan_field(str(exc))}", getattr(self, _plan_field(str(exc)), None), str(exc))
@@ -150,6 +151,7 @@ class JobConfig:
     plan: PlanConfig = field(default_factory=PlanConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
 
     def __post_init__(self) -> None:
         _require(self.workers >= 1, "workers", self.workers, "must be >= 1")

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import statistics
 import threading
 import time
 from collections import deque
@@ -23,6 +24,8 @@ from pathlib import Path
 import grpc
 
 from star.config import PlanConfig
+from star.policy.controller import ControlConfig, Controller, WorkerSummary, for_strategy
+from star.policy.noise import noise_scale
 from star.evaluator import CurveWriter, EvalPoint, Evaluator, time_to_target
 from star.events import EventLog
 from star.logs import log
@@ -34,6 +37,8 @@ from star.rpc.ps_client import PSClient
 from star.tasks import get_task
 
 logger = logging.getLogger("coordinator")
+
+ABSURD_S = 3600.0  # a per-iteration time above an hour is a bug or a hostile report
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,8 @@ class CoordinatorConfig:
     host: str = "127.0.0.1"
     port: int = 0
     report_window: int = 20  # per-worker reports kept for statistics
+    batch_size: int | None = None  # the workers' even per-worker batch; default the task's
+    control: ControlConfig = field(default_factory=ControlConfig)
 
 
 class ClusterView:
@@ -65,6 +72,7 @@ class ClusterView:
         self.window = window
         self.joined: set[int] = set()
         self.ignored: dict[str, int] = {}
+        self.last_seen_s: dict[int, float] = {}
         self._first_report_s: float | None = None
 
     def accept(self, report: pb.IterationReport, now_s: float) -> bool:
@@ -74,9 +82,13 @@ class ClusterView:
         history = self.reports.setdefault(report.worker_id, deque(maxlen=self.window))
         if history and report.iteration <= history[-1].iteration:
             return self._ignore("out_of_order")
-        if min(report.compute_s, report.push_s, report.pull_s) < 0:
+        times = (report.compute_s, report.push_s, report.pull_s)
+        if min(times) < 0:
             return self._ignore("negative_time")
+        if max(times) > ABSURD_S or any(t != t for t in times):
+            return self._ignore("absurd_time")
         history.append(report)
+        self.last_seen_s[report.worker_id] = now_s
         if self._first_report_s is None:
             self._first_report_s = now_s
         return True
@@ -84,6 +96,25 @@ class ClusterView:
     def _ignore(self, reason: str) -> bool:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1
         return False
+
+    def summaries(self, now_s: float, amp_state: dict[int, bool], window: int = 4) -> dict[int, WorkerSummary]:
+        """Per worker: medians over its latest reports made under its current AMP setting."""
+        out = {}
+        for worker, history in self.reports.items():
+            recent = [r for r in history if r.amp == amp_state.get(worker, False) and r.batch_size > 0][-window:]
+            silent = now_s - self.last_seen_s.get(worker, now_s)
+            if not recent:
+                out[worker] = WorkerSummary(1.0, 0.0, 1, 0, 0, silent)
+                continue
+            out[worker] = WorkerSummary(
+                per_sample_s=statistics.median(r.compute_s / r.batch_size for r in recent),
+                comm_s=2 * statistics.median(r.push_s for r in recent),
+                batch_size=recent[-1].batch_size,
+                amp_reports=sum(1 for r in recent if r.amp),
+                reports=len(recent),
+                silent_s=silent,
+            )
+        return out
 
     def max_iteration(self) -> int:
         return max((h[-1].iteration for h in self.reports.values() if h), default=0)
@@ -128,7 +159,11 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
 
     def Report(self, request: pb.IterationReport, context: grpc.ServicerContext) -> pb.Directives:
         with self.lock:
-            self.cluster.accept(request, time.monotonic() - self.started)
+            history = self.cluster.reports.get(request.worker_id)
+            previous = history[-1].slowdown if history else 1.0
+            if self.cluster.accept(request, time.monotonic() - self.started) and abs(request.slowdown - previous) > 0.1 * previous:
+                self.events.emit("slowdown_changed", worker=request.worker_id, iteration=request.iteration,
+                                 factor=round(request.slowdown, 4), reason="replayed trace")
             return self._directives_for(request.worker_id)
 
     def SetDirectives(self, request: pb.SetDirectivesRequest, context: grpc.ServicerContext) -> pb.SetDirectivesReply:
@@ -194,6 +229,59 @@ class Coordinator:
         self.ps.configure(plan)
         self.service.plan = plan
         self.events.emit("plan", epoch=plan.epoch, mode=plan.label, plan=plan.describe(), reason="initial plan from config")
+
+    def run_control(self) -> None:
+        """Every decision period: summarise reports, run the policies, carry out their decisions."""
+        control = for_strategy(self.config.control, self.config.plan.mode)
+        base_batch = self.config.batch_size or self.task.default_batch_size
+        controller = Controller(control, self.config.num_workers, base_batch)
+        self.events.emit("control", strategy=self.config.plan.mode, amp=control.amp, selector=control.selector,
+                         batch=control.batch, exclude=control.exclude, detector=control.detector.rule,
+                         decision_period_s=control.decision_period_s)
+        service, period = self.service, 0
+        while not self.stop.wait(control.decision_period_s):
+            if service.state in ("done", "finished"):
+                return
+            with service.lock:
+                amp_state = {w: d.amp for w, d in service.directives.items()}
+                summaries = service.cluster.summaries(time.monotonic() - service.started, amp_state)
+                plan = service.plan
+            if not summaries or plan is None:
+                continue
+            decision = controller.decide(period, plan, summaries, self._noise_scale())
+            period += 1
+            for event in decision.events:
+                event = dict(event)
+                self.events.emit(event.pop("kind"), **event)
+            with service.lock:
+                for worker, amp in decision.amp.items():
+                    service.directives.setdefault(worker, pb.Directives()).amp = amp
+                for worker, size in decision.batch_sizes.items():
+                    service.directives.setdefault(worker, pb.Directives()).batch_size = size
+            if decision.plan is not None:
+                self._switch_plan(decision.plan)
+
+    def _switch_plan(self, plan: SyncPlan) -> None:
+        try:
+            replies = self.ps.configure(plan)
+        except grpc.RpcError as exc:
+            self.events.emit("plan_failed", epoch=plan.epoch, error=str(exc.code()), detail=exc.details())
+            return
+        with self.service.lock:
+            self.service.plan = plan
+        self.events.emit("plan", epoch=plan.epoch, mode=plan.label, plan=plan.describe(),
+                         flushed=sum(r.flushed for r in replies), released=sum(r.released for r in replies))
+
+    def _noise_scale(self) -> float:
+        """B_noise summed over shards; 0 while it cannot be estimated."""
+        try:
+            stats = self.ps.stats()
+        except grpc.RpcError:
+            return 0.0
+        small_batch = max((s.noise_small_batch for s in stats), default=0.0)
+        big_batch = max((s.noise_big_batch for s in stats), default=0.0)
+        value = noise_scale(sum(s.noise_small_sq for s in stats), sum(s.noise_big_sq for s in stats), small_batch, big_batch)
+        return value or 0.0
 
     def run_evaluations(self) -> None:
         """Evaluate on a fixed period until done; then write the results."""
@@ -298,6 +386,10 @@ class Coordinator:
                 for s in stats
             ],
             "reports_ignored": dict(service.cluster.ignored),
+            "straggler_detections": self.events.counts.get("straggler_detected", 0),
+            "plan_switches": self.events.counts.get("plan", 0) - 1,
+            "amp_toggles": self.events.counts.get("amp", 0),
+            "final_plan": service.plan.describe() if service.plan else "",
         }
         tmp = self.out / "result.json.tmp"
         tmp.write_text(json.dumps(result, indent=2))
@@ -325,6 +417,8 @@ def run_coordinator(config: CoordinatorConfig, ready_file: str | None = None) ->
         coordinator.configure_initial_plan()
         write_ready_file(ready_file, port=port, role="coordinator")
         log(logger, logging.INFO, "serving", port=port, workers=config.num_workers, mode=config.plan.mode)
+        control = threading.Thread(target=coordinator.run_control, name="control", daemon=True)
+        control.start()
         coordinator.run_evaluations()
         coordinator.stop.wait()  # keep answering JobStatus/Report (stop directives) until told to exit
     finally:

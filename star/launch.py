@@ -9,6 +9,7 @@ no process outlives a job.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import signal
@@ -129,11 +130,17 @@ def _wait_ready(group: ProcessGroup, child: Child, ready_file: Path, timeout_s: 
 
 
 def _flag_args(prefix: str, values: dict) -> list[str]:
+    """Flags for a (nested) config dict: {'k': 3, 'detector': {'rule': 'mad'}} -> --p.k 3 --p.detector.rule mad."""
     args: list[str] = []
     for key, value in values.items():
         if value is None:
             continue
-        if isinstance(value, bool):
+        if isinstance(value, dict):
+            args += _flag_args(f"{prefix}{key}.", value)
+            continue
+        if isinstance(value, (tuple, list)):
+            args += [f"--{prefix}{key}", ",".join(map(str, value))]
+        elif isinstance(value, bool):
             args.append(f"--{prefix}{key}" if value else f"--no-{(prefix + key).replace('_', '-').replace('.', '-')}")
         else:
             args += [f"--{prefix}{key}", str(value)]
@@ -188,6 +195,8 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
              "--eval-period-s", str(config.eval_period_s), "--out", str(out), "--host", config.host,
              "--port", "0", "--ready-file", str(ready),
              *(["--target", str(config.target)] if config.target is not None else []),
+             *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
+             *_flag_args("control.", dataclasses.asdict(config.control)),
              *([] if config.stop_at_target else ["--no-stop-at-target"]),
              *_flag_args("plan.", plan)],
         )

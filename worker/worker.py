@@ -63,6 +63,7 @@ class Worker:
         self.model = self.task.build_model(config.seed).to(self.device)
         self.flat = FlatModel(self.model)
         self.batch_size = config.batch_size or self.task.default_batch_size
+        self.base_batch = self.batch_size  # the even share; batch directives are relative to it
         self.amp = AmpSwitch(self.device, enabled=config.amp)
         self.batches = BatchStream(self.task.train, config.worker_id, config.num_workers, seed=config.seed)
         self.slowdown = self._load_slowdown()
@@ -179,7 +180,10 @@ class Worker:
 
     def _push(self, ps: PSClient) -> None:
         try:
-            self._retry("push", lambda: ps.push(self.flat.grads, self.iteration, timeout_s=30.0))
+            if self.batch_size != self.base_batch:
+                # The PS averages per worker; weight by samples so the sum stays the global-batch mean.
+                self.flat.grads.mul_(self.batch_size / self.base_batch)
+            self._retry("push", lambda: ps.push(self.flat.grads, self.iteration, timeout_s=30.0, batch_size=self.batch_size))
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 # The plan changed (or the round closed) while we computed: pull again.

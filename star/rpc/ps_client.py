@@ -123,7 +123,7 @@ class PSClient:
         self._each(pull_one)
         return self.views
 
-    def push(self, grads: torch.Tensor, iteration: int, timeout_s: float | None = None) -> list[pb.PushReply]:
+    def push(self, grads: torch.Tensor, iteration: int, timeout_s: float | None = None, batch_size: int = 0) -> list[pb.PushReply]:
         """Send each PS its slice of the flat gradient, tagged with what this worker last pulled."""
 
         def push_one(i: int, stub: pb_grpc.ParameterServerStub) -> pb.PushReply:
@@ -135,6 +135,7 @@ class PSClient:
                 iteration=iteration,
                 dtype=WIRE_DTYPE,
                 numel=view.range.numel,
+                batch_size=batch_size,
             )
 
             def messages():

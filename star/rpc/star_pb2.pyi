@@ -79,20 +79,22 @@ class InitReply(_message.Message):
     def __init__(self, applied: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
 
 class PushHeader(_message.Message):
-    __slots__ = ("worker_id", "plan_epoch", "base_version", "iteration", "dtype", "numel")
+    __slots__ = ("worker_id", "plan_epoch", "base_version", "iteration", "dtype", "numel", "batch_size")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     NUMEL_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     plan_epoch: int
     base_version: int
     iteration: int
     dtype: str
     numel: int
-    def __init__(self, worker_id: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., base_version: _Optional[int] = ..., iteration: _Optional[int] = ..., dtype: _Optional[str] = ..., numel: _Optional[int] = ...) -> None: ...
+    batch_size: int
+    def __init__(self, worker_id: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., base_version: _Optional[int] = ..., iteration: _Optional[int] = ..., dtype: _Optional[str] = ..., numel: _Optional[int] = ..., batch_size: _Optional[int] = ...) -> None: ...
 
 class PushRequest(_message.Message):
     __slots__ = ("header", "chunk")
@@ -185,7 +187,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PsStats(_message.Message):
-    __slots__ = ("ps_index", "version", "plan_epoch", "plan", "accepted", "applied", "dropped", "pending", "counters", "staleness", "since_first_update_s", "waiting_pulls", "range_start", "range_end")
+    __slots__ = ("ps_index", "version", "plan_epoch", "plan", "accepted", "applied", "dropped", "pending", "counters", "staleness", "since_first_update_s", "waiting_pulls", "range_start", "range_end", "noise_small_sq", "noise_big_sq", "noise_small_batch", "noise_big_batch")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +216,10 @@ class PsStats(_message.Message):
     WAITING_PULLS_FIELD_NUMBER: _ClassVar[int]
     RANGE_START_FIELD_NUMBER: _ClassVar[int]
     RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    NOISE_SMALL_SQ_FIELD_NUMBER: _ClassVar[int]
+    NOISE_BIG_SQ_FIELD_NUMBER: _ClassVar[int]
+    NOISE_SMALL_BATCH_FIELD_NUMBER: _ClassVar[int]
+    NOISE_BIG_BATCH_FIELD_NUMBER: _ClassVar[int]
     ps_index: int
     version: int
     plan_epoch: int
@@ -228,7 +234,11 @@ class PsStats(_message.Message):
     waiting_pulls: int
     range_start: int
     range_end: int
-    def __init__(self, ps_index: _Optional[int] = ..., version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., plan: _Optional[str] = ..., accepted: _Optional[int] = ..., applied: _Optional[int] = ..., dropped: _Optional[int] = ..., pending: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., staleness: _Optional[_Mapping[int, int]] = ..., since_first_update_s: _Optional[float] = ..., waiting_pulls: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ...) -> None: ...
+    noise_small_sq: float
+    noise_big_sq: float
+    noise_small_batch: float
+    noise_big_batch: float
+    def __init__(self, ps_index: _Optional[int] = ..., version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., plan: _Optional[str] = ..., accepted: _Optional[int] = ..., applied: _Optional[int] = ..., dropped: _Optional[int] = ..., pending: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., staleness: _Optional[_Mapping[int, int]] = ..., since_first_update_s: _Optional[float] = ..., waiting_pulls: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., noise_small_sq: _Optional[float] = ..., noise_big_sq: _Optional[float] = ..., noise_small_batch: _Optional[float] = ..., noise_big_batch: _Optional[float] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
     __slots__ = ("worker_id", "host", "pid", "batch_size")

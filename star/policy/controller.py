@@ -1,0 +1,201 @@
+"""The coordinator's decision step: detector → AMP → batch sizes → plan, as one pure call.
+
+`Controller.decide` takes per-worker summaries of recent reports and returns what to
+change (a new plan, AMP and batch directives) with the reason for each, as events.
+The coordinator daemon (and a simulator) only supply summaries and carry decisions out.
+
+Strategies (`--mode`) are named combinations of these policies:
+  ssgd/asgd/kofn/grouped/ssp  a fixed plan; the detector only reports
+  exclude   Dynamic Partial All-Reduce: detected stragglers leave the sync group, rejoin on recovery
+  amp       Korel: SSGD + AMP on detected stragglers
+  batch     BOA / LB-BSP: SSGD + per-worker batch sizes by speed
+  auto      detector + AMP + heuristic mode selector + batch sizes (each can be switched off)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from star.detect import DetectorConfig, StragglerDetector
+from star.plan import SyncPlan, exclude, ssgd, with_epoch
+from star.policy.amp import AmpConfig, AmpPolicy
+from star.policy.batch import BatchConfig, BatchPlanError, solve_batch_sizes, worth_changing
+from star.policy.selector import HeuristicSelector, SelectorConfig, same_shape
+
+FIXED_MODES = ("ssgd", "asgd", "kofn", "grouped", "ssp")
+STRATEGIES = FIXED_MODES + ("exclude", "amp", "batch", "auto")
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    """Which policies run, and how often (the strategy sets the switches)."""
+
+    amp: bool | None = None  # AMP on detected stragglers (None: as the strategy says)
+    selector: bool | None = None  # heuristic sync-mode selection (None: as the strategy says)
+    batch: bool | None = None  # per-worker batch sizes by speed (None: as the strategy says)
+    exclude: bool | None = None  # drop detected stragglers from the sync group (None: as the strategy says)
+    decision_period_s: float = 1.0  # how often the controller decides
+    min_reports: int = 3  # a worker needs this many fresh reports before it is judged
+    lost_after_s: float = 20.0  # a worker silent this long is lost and leaves the plan
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+    amp_policy: AmpConfig = field(default_factory=AmpConfig)
+    selection: SelectorConfig = field(default_factory=SelectorConfig)
+    batching: BatchConfig = field(default_factory=BatchConfig)
+
+
+def strategy_switches(strategy: str) -> dict[str, bool]:
+    """The policy switches a named strategy turns on."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"mode={strategy!r} is not one of {', '.join(STRATEGIES)}")
+    return {
+        "amp": strategy in ("amp", "auto"),
+        "selector": strategy == "auto",
+        "batch": strategy in ("batch", "auto"),
+        "exclude": strategy == "exclude",
+    }
+
+
+def for_strategy(config: ControlConfig, strategy: str) -> ControlConfig:
+    """Fill the switches left unset (None) from the strategy."""
+    switches = strategy_switches(strategy)
+    return dataclasses.replace(config, **{k: v if getattr(config, k) is None else getattr(config, k) for k, v in switches.items()})
+
+
+def initial_mode(strategy: str) -> str:
+    return strategy if strategy in FIXED_MODES else "ssgd"
+
+
+@dataclass(frozen=True)
+class WorkerSummary:
+    """One worker's recent behaviour, from reports made under its current AMP setting."""
+
+    per_sample_s: float  # median compute seconds per sample (includes replayed slowdown)
+    comm_s: float  # median push seconds x 2 (pull moves the same bytes; its blocked time excluded)
+    batch_size: int
+    amp_reports: int  # recent reports that ran with AMP on
+    reports: int  # recent reports summarised
+    silent_s: float = 0.0  # seconds since its last report
+
+
+@dataclass(frozen=True)
+class ControlDecision:
+    plan: SyncPlan | None
+    amp: dict[int, bool]
+    batch_sizes: dict[int, int]
+    stragglers: frozenset[int]
+    lost: frozenset[int]
+    events: list[dict[str, Any]]
+
+
+def without_workers(plan: SyncPlan, gone: frozenset[int]) -> SyncPlan:
+    """The plan minus lost workers (empty groups disappear, quorums shrink to fit)."""
+    groups, quorum = [], []
+    for group, q in zip(plan.groups, plan.quorum):
+        kept = tuple(w for w in group if w not in gone)
+        if kept:
+            groups.append(kept)
+            quorum.append(min(q, len(kept)))
+    return dataclasses.replace(plan, groups=tuple(groups), quorum=tuple(quorum))
+
+
+class Controller:
+    def __init__(self, config: ControlConfig, num_workers: int, base_batch: int):
+        self.config = config
+        self.num_workers = num_workers
+        self.base_batch = base_batch
+        self.detector = StragglerDetector(config.detector)
+        self.amp = AmpPolicy(config.amp_policy)
+        self.selector = HeuristicSelector(config.selection)
+        self.batch_sizes = {w: base_batch for w in range(num_workers)}
+        self.lost: set[int] = set()
+
+    def decide(self, period: int, current: SyncPlan, workers: Mapping[int, WorkerSummary], b_noise: float = 0.0) -> ControlDecision:
+        c = self.config
+        events: list[dict[str, Any]] = []
+        newly_lost = {w for w, s in workers.items() if s.silent_s > c.lost_after_s and w not in self.lost}
+        for w in sorted(newly_lost):
+            self.lost.add(w)
+            self.detector.forget(w)
+            self.amp.forget(w)
+            events.append({"kind": "worker_lost", "worker": w, "silent_s": round(workers[w].silent_s, 2), "reason": f"no report for > {c.lost_after_s} s"})
+        active = {w: s for w, s in workers.items() if w not in self.lost and s.reports >= c.min_reports}
+        if any(w not in active for w in current.workers if w not in self.lost):
+            # Not every worker can be judged yet: only handle losses.
+            plan = without_workers(current, frozenset(self.lost)) if newly_lost else None
+            return ControlDecision(plan, {}, {}, frozenset(self.detector.stragglers), frozenset(self.lost), events)
+
+        normalised = {w: s.per_sample_s * self.amp.speedup(w) for w, s in active.items()}
+        detection = self.detector.decide(normalised)
+        median = sorted(normalised.values())[len(normalised) // 2]
+        for w in sorted(detection.entered):
+            events.append({"kind": "straggler_detected", "worker": w, "per_sample_ms": round(normalised[w] * 1e3, 4),
+                           "median_ms": round(median * 1e3, 4), "rule": c.detector.rule})
+        for w in sorted(detection.exited):
+            events.append({"kind": "straggler_recovered", "worker": w, "per_sample_ms": round(normalised[w] * 1e3, 4),
+                           "median_ms": round(median * 1e3, 4)})
+
+        amp: dict[int, bool] = {}
+        if c.amp:
+            raw = {w: s.per_sample_s for w, s in active.items()}
+            for d in self.amp.decide(period, detection.stragglers, raw, {w: s.amp_reports for w, s in active.items()}):
+                amp[d.worker] = d.amp
+                events.append({"kind": "amp", "worker": d.worker, "amp": d.amp, "reason": d.reason})
+
+        batch: dict[int, int] = {}
+        if c.batch and len(active) >= 2:
+            batch = self._batch_sizes(active, events)
+
+        plan = self._plan(period, current, active, detection.stragglers, b_noise, events)
+        if plan is None and newly_lost:
+            plan = without_workers(current, frozenset(self.lost))
+        if plan is not None:
+            plan = with_epoch(without_workers(plan, frozenset(self.lost)), current.epoch + 1)
+        return ControlDecision(plan, amp, batch, detection.stragglers, frozenset(self.lost), events)
+
+    def _batch_sizes(self, active: Mapping[int, WorkerSummary], events: list[dict[str, Any]]) -> dict[int, int]:
+        c = self.config.batching
+        workers = sorted(active)
+        global_batch = self.base_batch * len(workers)
+        try:
+            proposed = solve_batch_sizes(
+                {w: active[w].per_sample_s for w in workers},
+                global_batch,
+                fixed_s={w: active[w].comm_s for w in workers},
+                min_batch=c.min_batch,
+                max_batch=max(c.min_batch, int(self.base_batch * c.max_factor)),
+            )
+        except BatchPlanError as exc:
+            events.append({"kind": "batch_skipped", "reason": str(exc)})
+            return {}
+        current = {w: self.batch_sizes.get(w, self.base_batch) for w in workers}
+        if not worth_changing(current, proposed, c.min_change):
+            return {}
+        self.batch_sizes.update(proposed)
+        events.append({"kind": "batch_sizes", "sizes": {str(w): b for w, b in proposed.items()},
+                       "per_sample_ms": {str(w): round(active[w].per_sample_s * 1e3, 4) for w in workers},
+                       "reason": f"balance iteration times under a global batch of {global_batch}"})
+        return proposed
+
+    def _plan(self, period: int, current: SyncPlan, active: Mapping[int, WorkerSummary], stragglers: frozenset[int],
+              b_noise: float, events: list[dict[str, Any]]) -> SyncPlan | None:
+        workers = tuple(w for w in range(self.num_workers) if w not in self.lost)
+        if self.config.exclude:
+            target = exclude(workers, sorted(stragglers & set(workers))) if stragglers else ssgd(workers)
+            if same_shape(target, current):
+                return None
+            events.append({"kind": "plan_decision", "mode": target.label, "stragglers": sorted(stragglers),
+                           "reason": "exclude detected stragglers" if stragglers else "every straggler recovered: readmit"})
+            return target
+        if self.config.selector:
+            iter_time_s = {w: s.comm_s + s.per_sample_s * self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}
+            decision = self.selector.decide(period, without_workers(current, frozenset(self.lost)), iter_time_s,
+                                            {w: self.batch_sizes.get(w, s.batch_size) for w, s in active.items()},
+                                            stragglers, b_noise)
+            if decision.plan is not None:
+                events.append({"kind": "plan_decision", "mode": decision.plan.label, "reason": decision.reason,
+                               "b_noise": round(b_noise, 2),
+                               "estimates": {e.plan.describe(): round(e.seconds_per_progress, 5) for e in decision.estimates}})
+            return decision.plan
+        return None

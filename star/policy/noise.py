@@ -1,0 +1,58 @@
+"""Gradient noise scale B_noise (McCandlish et al., 2018) from small- and large-batch gradient norms.
+
+In a synchronous round the PS sees k per-worker gradients of batch b (small) and their
+mean, of batch k·b (big). With E|G_b|² = |G|² + S/b:
+    |G|² ≈ (B·|G_B|² − b·|G_b|²) / (B − b),   S ≈ (|G_b|² − |G_B|²) / (1/b − 1/B),
+and B_noise = S / |G|². Both norms are smoothed (EMA) before the ratio, as the
+estimate from one round is very noisy. Squared norms add over shards, so each PS keeps
+its shard's sums and the coordinator adds them up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class NoiseAccumulator:
+    """EMA of the small-batch and big-batch squared gradient norms of one shard."""
+
+    decay: float = 0.9
+    small_sq: float = 0.0  # EMA of mean_i |g_i|²
+    big_sq: float = 0.0  # EMA of |mean_i g_i|²
+    small_batch: float = 0.0  # EMA of the per-worker batch
+    big_batch: float = 0.0  # EMA of the summed batch
+    rounds: int = 0
+
+    def observe(self, gradients: list[torch.Tensor], batch_sizes: list[int]) -> None:
+        """Call with ≥ 2 on-time gradients of one round, before they are summed."""
+        if len(gradients) < 2:
+            return
+        small = sum(float(g.pow(2).sum()) for g in gradients) / len(gradients)
+        total = gradients[0].clone()
+        for gradient in gradients[1:]:
+            total.add_(gradient)
+        big = float(total.pow(2).sum()) / len(gradients) ** 2
+        b = sum(batch_sizes) / len(batch_sizes)
+        values = (small, big, b, float(sum(batch_sizes)))
+        if self.rounds == 0:
+            self.small_sq, self.big_sq, self.small_batch, self.big_batch = values
+        else:
+            d = self.decay
+            self.small_sq, self.big_sq, self.small_batch, self.big_batch = (
+                d * old + (1 - d) * new for old, new in zip((self.small_sq, self.big_sq, self.small_batch, self.big_batch), values)
+            )
+        self.rounds += 1
+
+
+def noise_scale(small_sq: float, big_sq: float, small_batch: float, big_batch: float) -> float | None:
+    """B_noise from (summed over shards) smoothed norms; None when not estimable yet."""
+    if small_batch <= 0 or big_batch <= small_batch:
+        return None
+    g2 = (big_batch * big_sq - small_batch * small_sq) / (big_batch - small_batch)
+    s = (small_sq - big_sq) / (1 / small_batch - 1 / big_batch)
+    if g2 <= 0 or s <= 0:
+        return None
+    return s / g2

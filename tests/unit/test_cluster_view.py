@@ -1,0 +1,44 @@
+"""The coordinator's view of the workers: bad reports are counted and ignored, never fatal."""
+
+from __future__ import annotations
+
+import pytest
+
+from star.coordinator import ClusterView
+from star.rpc import star_pb2 as pb
+
+
+def _report(worker=0, iteration=1, compute=0.05, push=0.002, pull=0.01, batch=32, amp=False):
+    return pb.IterationReport(worker_id=worker, iteration=iteration, compute_s=compute, push_s=push, pull_s=pull, batch_size=batch, amp=amp)
+
+
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (_report(worker=9), "unknown_worker"),
+        (_report(iteration=1), "out_of_order"),
+        (_report(iteration=0), "out_of_order"),
+        (_report(iteration=5, compute=-1.0), "negative_time"),
+        (_report(iteration=5, pull=1e9), "absurd_time"),
+        (_report(iteration=5, push=float("nan")), "absurd_time"),
+    ],
+)
+def test_bad_reports_are_counted_and_ignored(bad, reason):
+    view = ClusterView(num_workers=4, window=10)
+    assert view.accept(_report(iteration=1), now_s=1.0)
+    assert not view.accept(bad, now_s=2.0)
+    assert view.ignored == {reason: 1}
+    assert [r.iteration for r in view.reports[0]] == [1]
+
+
+def test_summaries_use_reports_under_the_current_amp_setting_per_sample():
+    view = ClusterView(num_workers=2, window=20)
+    for i in range(1, 6):
+        view.accept(_report(iteration=i, compute=0.064, batch=32, amp=False), now_s=float(i))
+    for i in range(6, 9):
+        view.accept(_report(iteration=i, compute=0.016, batch=16, amp=True), now_s=float(i))
+    off = view.summaries(now_s=10.0, amp_state={0: False})[0]
+    on = view.summaries(now_s=10.0, amp_state={0: True})[0]
+    assert off.per_sample_s == pytest.approx(0.002) and off.reports == 5 and off.amp_reports == 0
+    assert on.per_sample_s == pytest.approx(0.001) and on.reports == 3 and on.amp_reports == 3 and on.batch_size == 16
+    assert on.silent_s == pytest.approx(2.0)

@@ -1,0 +1,249 @@
+"""Coordinator policies on synthetic report streams: detection, AMP, batch sizes, mode selection, noise scale."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from star.detect import DetectorConfig, StragglerDetector, slow_now
+from star.plan import ssgd
+from star.policy.amp import AmpPolicy, AmpState
+from star.policy.batch import BatchPlanError, makespan_s, solve_batch_sizes
+from star.policy.controller import ControlConfig, Controller, WorkerSummary, for_strategy, strategy_switches, without_workers
+from star.policy.noise import NoiseAccumulator, noise_scale
+from star.policy.selector import HeuristicSelector, SelectorConfig, estimate
+
+EVEN = {0: 1.0, 1: 1.02, 2: 0.98, 3: 1.01}
+
+
+# ---------------------------------------------------------------- detector
+
+
+@pytest.mark.parametrize("rule", ["mad", "relative"])
+def test_no_outlier_among_near_equal_workers(rule):
+    assert slow_now(EVEN, DetectorConfig(rule=rule)) == frozenset()
+
+
+@pytest.mark.parametrize("rule", ["mad", "relative"])
+def test_one_three_times_slower_worker_is_an_outlier(rule):
+    assert slow_now({**EVEN, 3: 3.0}, DetectorConfig(rule=rule)) == {3}
+
+
+def test_two_stragglers_of_six_are_both_found():
+    times = {0: 1.0, 1: 1.0, 2: 1.01, 3: 0.99, 4: 2.5, 5: 3.0}
+    assert slow_now(times, DetectorConfig()) == {4, 5}
+
+
+@pytest.mark.parametrize("times", [{0: 3.0, 1: 3.1, 2: 2.9, 3: 3.0}, {0: 5.0}])
+def test_all_slow_or_single_worker_means_no_straggler(times):
+    assert slow_now(times, DetectorConfig()) == frozenset()
+
+
+def test_mad_margin_ignores_tiny_spread_with_zero_mad():
+    assert slow_now({0: 1.0, 1: 1.0, 2: 1.0, 3: 1.05}, DetectorConfig()) == frozenset()
+
+
+def test_hysteresis_enters_after_enter_n_and_leaves_after_exit_n():
+    detector = StragglerDetector(DetectorConfig(enter_n=2, exit_n=3))
+    slow = {**EVEN, 3: 3.0}
+    assert detector.decide(slow).stragglers == frozenset()  # onset seen once
+    onset = detector.decide(slow)
+    assert onset.entered == {3} and onset.stragglers == {3}
+    assert detector.decide(EVEN).stragglers == {3}
+    assert detector.decide(EVEN).stragglers == {3}
+    recovered = detector.decide(EVEN)
+    assert recovered.exited == {3} and recovered.stragglers == frozenset()
+
+
+def test_flapping_worker_never_enters():
+    detector = StragglerDetector(DetectorConfig(enter_n=2))
+    for i in range(10):
+        d = detector.decide({**EVEN, 3: 3.0} if i % 2 else EVEN)
+        assert d.stragglers == frozenset()
+
+
+# ---------------------------------------------------------------- AMP
+
+
+def test_amp_turns_on_for_a_straggler_and_stays_on_when_it_helped():
+    policy = AmpPolicy()
+    first = policy.decide(0, frozenset({3}), {3: 3e-3, 0: 1e-3}, {})
+    assert [(d.worker, d.amp) for d in first] == [(3, True)]
+    assert policy.decide(1, frozenset({3}), {3: 1.5e-3, 0: 1e-3}, {3: 3}) == []
+    assert policy.workers[3].state is AmpState.ON
+    assert policy.speedup(3) == pytest.approx(2.0)
+
+
+def test_amp_that_did_not_help_is_undone_and_never_retried():
+    policy = AmpPolicy()
+    policy.decide(0, frozenset({3}), {3: 3e-3}, {})
+    undo = policy.decide(1, frozenset({3}), {3: 2.95e-3}, {3: 3})
+    assert [(d.worker, d.amp) for d in undo] == [(3, False)] and "ineffective" in undo[0].reason
+    assert policy.decide(2, frozenset({3}), {3: 3e-3}, {}) == []
+
+
+def test_amp_turns_off_when_the_straggler_recovers():
+    policy = AmpPolicy()
+    policy.decide(0, frozenset({3}), {3: 3e-3}, {})
+    policy.decide(1, frozenset({3}), {3: 1.5e-3}, {3: 3})
+    off = policy.decide(2, frozenset(), {3: 0.5e-3}, {3: 3})
+    assert [(d.worker, d.amp) for d in off] == [(3, False)]
+
+
+def test_amp_waits_for_enough_fresh_reports_before_judging():
+    policy = AmpPolicy()
+    policy.decide(0, frozenset({3}), {3: 3e-3}, {})
+    assert policy.decide(1, frozenset({3}), {3: 3e-3}, {3: 1}) == []
+    assert policy.workers[3].state is AmpState.VERIFYING
+
+
+def test_amp_toggles_a_worker_at_most_once_per_period():
+    policy = AmpPolicy()
+    policy.decide(5, frozenset({3}), {3: 3e-3}, {})
+    assert policy.decide(5, frozenset({3}), {3: 3e-3}, {3: 9}) == []
+
+
+# ---------------------------------------------------------------- batch sizes
+
+
+def _brute_force(per_sample, total, fixed, lo, hi):
+    workers = sorted(per_sample)
+    best = None
+    for sizes in itertools.product(range(lo, hi + 1), repeat=len(workers)):
+        if sum(sizes) == total:
+            cost = max(fixed[w] + b * per_sample[w] for w, b in zip(workers, sizes))
+            best = cost if best is None else min(best, cost)
+    return best
+
+
+@pytest.mark.parametrize(
+    "per_sample, total",
+    [({0: 1.0, 1: 1.0, 2: 1.0}, 12), ({0: 1.0, 1: 1.0, 2: 3.0}, 12), ({0: 0.5, 1: 1.3, 2: 2.0}, 10), ({0: 1.0, 1: 7.0}, 9)],
+)
+def test_batch_solver_is_exact_against_brute_force(per_sample, total):
+    fixed = {w: 0.3 * w for w in per_sample}
+    sizes = solve_batch_sizes(per_sample, total, fixed_s=fixed, min_batch=1, max_batch=total)
+    assert sum(sizes.values()) == total
+    assert makespan_s(sizes, per_sample, fixed) == pytest.approx(_brute_force(per_sample, total, fixed, 1, total))
+
+
+def test_batch_sizes_are_proportional_to_speed():
+    sizes = solve_batch_sizes({0: 1.0, 1: 1.0, 2: 1.0, 3: 3.0}, 120)
+    assert sizes == {0: 36, 1: 36, 2: 36, 3: 12}
+
+
+def test_batch_solver_refuses_impossible_bounds():
+    with pytest.raises(BatchPlanError):
+        solve_batch_sizes({0: 1.0, 1: 1.0}, 10, max_batch=4)
+
+
+# ---------------------------------------------------------------- mode selection
+
+BATCH = {w: 32 for w in range(4)}
+
+
+def test_ssgd_with_equal_workers_scores_the_iteration_time():
+    assert estimate(ssgd(range(4)), {w: 0.5 for w in range(4)}, BATCH, 0.0, 0.15).seconds_per_progress == pytest.approx(0.5)
+
+
+def test_selector_keeps_ssgd_when_nobody_is_slow():
+    decision = HeuristicSelector().decide(10, ssgd(range(4), epoch=1), {w: 1.0 for w in range(4)}, BATCH, frozenset())
+    assert decision.plan is None and "already the best" in decision.reason
+
+
+def test_selector_leaves_ssgd_for_a_three_times_slower_worker():
+    times = {0: 1.0, 1: 1.0, 2: 1.0, 3: 3.0}
+    decision = HeuristicSelector().decide(10, ssgd(range(4), epoch=1), times, BATCH, frozenset({3}), b_noise=50)
+    assert decision.plan is not None
+    assert estimate(decision.plan, times, BATCH, 50, 0.15).seconds_per_progress < 0.7 * 3.0
+
+
+def test_selector_respects_margin_and_dwell():
+    times = {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.08}
+    assert HeuristicSelector().decide(10, ssgd(range(4), epoch=1), times, BATCH, frozenset()).plan is None
+    selector = HeuristicSelector(SelectorConfig(min_dwell=5))
+    slow = {**times, 3: 3.0}
+    assert selector.decide(10, ssgd(range(4), epoch=1), slow, BATCH, frozenset({3})).plan is not None
+    assert selector.decide(12, ssgd(range(4), epoch=2), slow, BATCH, frozenset({3})).plan is None
+
+
+def test_large_noise_scale_penalises_small_effective_batches():
+    times = {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.6}
+    from star.plan import asgd
+
+    quiet = estimate(asgd(range(4)), times, BATCH, 0.0, 0.15).seconds_per_progress
+    noisy = estimate(asgd(range(4)), times, BATCH, 1000.0, 0.15).seconds_per_progress
+    assert noisy > quiet
+
+
+# ---------------------------------------------------------------- noise scale
+
+
+def test_noise_scale_recovers_a_known_gradient_noise():
+    torch.manual_seed(0)
+    true_g = torch.full((2000,), 0.05)  # |G|^2 = 5
+    sigma2 = 4.0  # per-sample variance per coordinate -> S = tr(Sigma) = 8000
+    accumulator = NoiseAccumulator(decay=0.98)
+    b = 16
+    for _ in range(400):
+        grads = [true_g + torch.randn(2000) * (sigma2 / b) ** 0.5 for _ in range(4)]
+        accumulator.observe(grads, [b] * 4)
+    estimate_ = noise_scale(accumulator.small_sq, accumulator.big_sq, accumulator.small_batch, accumulator.big_batch)
+    assert estimate_ == pytest.approx(8000 / 5, rel=0.25)
+
+
+def test_noise_scale_is_none_until_estimable():
+    assert noise_scale(0.0, 0.0, 0.0, 0.0) is None
+    assert noise_scale(1.0, 2.0, 8, 32) is None  # big-batch norm larger: no positive noise
+
+
+# ---------------------------------------------------------------- controller
+
+
+def _summaries(per_sample, silent=None):
+    return {w: WorkerSummary(t, 0.002, 32, 0, 8, (silent or {}).get(w, 0.0)) for w, t in per_sample.items()}
+
+
+def test_strategies_switch_the_documented_policies():
+    assert strategy_switches("auto") == {"amp": True, "selector": True, "batch": True, "exclude": False}
+    assert strategy_switches("ssgd") == {"amp": False, "selector": False, "batch": False, "exclude": False}
+    assert for_strategy(ControlConfig(batch=False), "auto").batch is False
+
+
+def test_exclude_strategy_drops_the_straggler_and_readmits_it():
+    controller = Controller(for_strategy(ControlConfig(), "exclude"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    slow = _summaries({0: 1e-3, 1: 1e-3, 2: 1e-3, 3: 3e-3})
+    assert controller.decide(0, plan, slow).plan is None  # enter_n = 2
+    excluded = controller.decide(1, plan, slow).plan
+    assert excluded is not None and excluded.groups == ((0, 1, 2), (3,)) and excluded.epoch == 2
+    even = _summaries({0: 1e-3, 1: 1e-3, 2: 1e-3, 3: 1e-3})
+    controller.decide(2, excluded, even)
+    readmitted = controller.decide(3, excluded, even).plan
+    assert readmitted is not None and readmitted.groups == ((0, 1, 2, 3),)
+
+
+def test_a_silent_worker_is_lost_and_leaves_the_plan():
+    controller = Controller(for_strategy(ControlConfig(lost_after_s=5), "ssgd"), 4, 32)
+    decision = controller.decide(0, ssgd(range(4), epoch=1), _summaries({w: 1e-3 for w in range(4)}, silent={2: 9.0}))
+    assert decision.lost == {2}
+    assert decision.plan is not None and decision.plan.groups == ((0, 1, 3),) and decision.plan.quorum == (3,)
+    assert any(e["kind"] == "worker_lost" for e in decision.events)
+
+
+def test_no_detection_and_no_change_without_stragglers():
+    controller = Controller(for_strategy(ControlConfig(), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    for period in range(10):
+        decision = controller.decide(period, plan, _summaries({0: 1e-3, 1: 1.03e-3, 2: 0.98e-3, 3: 1.01e-3}))
+        assert decision.plan is None and decision.amp == {} and decision.stragglers == frozenset()
+        assert not [e for e in decision.events if e["kind"] == "straggler_detected"]
+
+
+def test_without_workers_shrinks_groups_and_quorums():
+    from star.plan import kofn
+
+    plan = without_workers(kofn(range(4), 3, epoch=1), frozenset({0, 1}))
+    assert plan.groups == ((2, 3),) and plan.quorum == (2,)
