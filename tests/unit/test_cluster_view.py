@@ -39,6 +39,6 @@ def test_summaries_use_reports_under_the_current_amp_setting_per_sample():
         view.accept(_report(iteration=i, compute=0.016, batch=16, amp=True), now_s=float(i))
     off = view.summaries(now_s=10.0, amp_state={0: False})[0]
     on = view.summaries(now_s=10.0, amp_state={0: True})[0]
-    assert off.per_sample_s == pytest.approx(0.002) and off.reports == 5 and off.amp_reports == 0
+    assert off.per_sample_s == pytest.approx(0.002) and off.reports == 4 and off.amp_reports == 0  # the window is the latest 4
     assert on.per_sample_s == pytest.approx(0.001) and on.reports == 3 and on.amp_reports == 3 and on.batch_size == 16
     assert on.silent_s == pytest.approx(2.0)
