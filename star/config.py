@@ -233,18 +233,19 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 
 def to_toml(config: Any) -> str:
-    """Write a config back as TOML (scalars first, then one table per nested config)."""
+    """Write a config back as TOML: scalars first, then one [table] per nested config (dotted names)."""
     lines: list[str] = []
-    tables: list[tuple[str, dict[str, Any]]] = []
-    for key, value in to_dict(config).items():
-        if isinstance(value, dict):
-            tables.append((key, value))
-        elif value is not None:
-            lines.append(f"{key} = {_toml_value(value)}")
-    for name, table in tables:
+    _toml_table(to_dict(config), "", lines)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _toml_table(table: dict[str, Any], name: str, lines: list[str]) -> None:
+    if name:
         lines.append(f"\n[{name}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None)
-    return "\n".join(lines) + "\n"
+    lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None and not isinstance(v, dict))
+    for key, value in table.items():
+        if isinstance(value, dict):
+            _toml_table(value, f"{name}.{key}" if name else key, lines)
 
 
 def _toml_value(value: Any) -> str:
@@ -252,6 +253,8 @@ def _toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
