@@ -83,7 +83,7 @@ class AmpPolicy:
         if w.state is AmpState.VERIFYING and amp_reports >= self.config.verify_reports:
             if time_s <= w.baseline_s * (1 - self.config.min_gain):
                 w.state, w.speedup = AmpState.ON, w.baseline_s / time_s
-                return None  # verified: stays on, nothing to send
+                return AmpDecision(worker, True, f"verified: AMP sped this worker up {w.speedup:.2f}x; stays on")
             w.state = AmpState.INEFFECTIVE
             return AmpDecision(
                 worker,

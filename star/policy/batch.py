@@ -19,7 +19,7 @@ class BatchConfig:
 
     min_batch: int = 1  # never give a worker fewer samples than this
     max_factor: float = 2.0  # nor more than this many times the even share
-    min_change: float = 0.1  # resend sizes only when some worker's size changes by this fraction
+    min_gain: float = 0.1  # resend sizes only when they cut the predicted slowest-worker time by this fraction
 
 
 class BatchPlanError(ValueError):
@@ -65,5 +65,13 @@ def makespan_s(sizes: Mapping[int, int], per_sample_s: Mapping[int, float], fixe
     return max(fixed.get(w, 0.0) + b * per_sample_s[w] for w, b in sizes.items())
 
 
-def worth_changing(current: Mapping[int, int], proposed: Mapping[int, int], min_change: float) -> bool:
-    return any(abs(proposed[w] - current.get(w, proposed[w])) > min_change * max(current.get(w, 1), 1) for w in proposed)
+def worth_changing(
+    current: Mapping[int, int],
+    proposed: Mapping[int, int],
+    per_sample_s: Mapping[int, float],
+    fixed_s: Mapping[int, float] | None,
+    min_gain: float,
+) -> bool:
+    """Only a clear predicted gain justifies a change: timings are noisy, and every change costs a re-measure."""
+    before = makespan_s(current, per_sample_s, fixed_s)
+    return before > 0 and makespan_s(proposed, per_sample_s, fixed_s) <= before * (1 - min_gain)

@@ -158,11 +158,13 @@ class Controller:
         c = self.config.batching
         workers = sorted(active)
         global_batch = self.base_batch * len(workers)
+        per_sample = {w: active[w].per_sample_s for w in workers}
+        fixed = {w: active[w].comm_s for w in workers}
         try:
             proposed = solve_batch_sizes(
-                {w: active[w].per_sample_s for w in workers},
+                per_sample,
                 global_batch,
-                fixed_s={w: active[w].comm_s for w in workers},
+                fixed_s=fixed,
                 min_batch=c.min_batch,
                 max_batch=max(c.min_batch, int(self.base_batch * c.max_factor)),
             )
@@ -170,7 +172,7 @@ class Controller:
             events.append({"kind": "batch_skipped", "reason": str(exc)})
             return {}
         current = {w: self.batch_sizes.get(w, self.base_batch) for w in workers}
-        if not worth_changing(current, proposed, c.min_change):
+        if not worth_changing(current, proposed, per_sample, fixed, c.min_gain):
             return {}
         self.batch_sizes.update(proposed)
         events.append({"kind": "batch_sizes", "sizes": {str(w): b for w, b in proposed.items()},

@@ -71,7 +71,8 @@ def test_amp_turns_on_for_a_straggler_and_stays_on_when_it_helped():
     policy = AmpPolicy()
     first = policy.decide(0, frozenset({3}), {3: 3e-3, 0: 1e-3}, {})
     assert [(d.worker, d.amp) for d in first] == [(3, True)]
-    assert policy.decide(1, frozenset({3}), {3: 1.5e-3, 0: 1e-3}, {3: 3}) == []
+    verified = policy.decide(1, frozenset({3}), {3: 1.5e-3, 0: 1e-3}, {3: 3})
+    assert [(d.worker, d.amp) for d in verified] == [(3, True)] and "verified" in verified[0].reason
     assert policy.workers[3].state is AmpState.ON
     assert policy.speedup(3) == pytest.approx(2.0)
 
@@ -132,6 +133,14 @@ def test_batch_solver_is_exact_against_brute_force(per_sample, total):
 def test_batch_sizes_are_proportional_to_speed():
     sizes = solve_batch_sizes({0: 1.0, 1: 1.0, 2: 1.0, 3: 3.0}, 120)
     assert sizes == {0: 36, 1: 36, 2: 36, 3: 12}
+
+
+def test_batch_change_needs_a_clear_predicted_gain():
+    from star.policy.batch import worth_changing
+
+    per_sample = {0: 1.0, 1: 1.05}
+    assert not worth_changing({0: 16, 1: 16}, {0: 17, 1: 15}, per_sample, None, 0.1)
+    assert worth_changing({0: 16, 1: 16}, {0: 24, 1: 8}, {0: 1.0, 1: 3.0}, None, 0.1)
 
 
 def test_batch_solver_refuses_impossible_bounds():
