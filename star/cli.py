@@ -12,7 +12,7 @@ from star.config import ConfigError, JobConfig, load_toml
 
 # Short flags of the launch contract, as aliases of the dotted config fields.
 LAUNCH_ALIASES = {
-    "--mode": ("plan.mode", "sync mode: ssgd | asgd | kofn | grouped | ssp | exclude"),
+    "--mode": ("plan.mode", "strategy: ssgd | asgd | kofn | grouped | ssp (fixed plans) | exclude | amp | batch | auto"),
     "--k": ("plan.k", "k-of-N quorum (default N-1)"),
     "--groups": ("plan.groups", "grouped mode, e.g. '0,1;2,3' (default two halves)"),
     "--staleness": ("plan.staleness", "SSP staleness bound (default 2)"),

@@ -106,14 +106,24 @@ def _descendants_alive(pids: list[int]) -> list[int]:
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
-def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
+def _start_endless_job(out: Path) -> subprocess.Popen:
+    """A `star launch` that would train for minutes (unreachable target), once it is training."""
     process = subprocess.Popen(
         [sys.executable, "-m", "star.cli", "launch", "--task", "digits", "--workers", "2", "--ps", "1", "--max-time-s", "300",
-         "--target", "1.01", "--out", str(tmp_path)],
+         "--target", "1.01", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        _wait_for_training(tmp_path)
+        _wait_for_training(out)
+    except AssertionError:
+        process.kill()
+        raise
+    return process
+
+
+def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
+    process = _start_endless_job(tmp_path)
+    try:
         children = [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
         assert len(children) >= 4
         process.send_signal(signal.SIGINT)
@@ -129,13 +139,8 @@ def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
 
 
 def test_a_crashed_child_fails_the_launch_and_stops_the_rest(tmp_path):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "star.cli", "launch", "--task", "digits", "--workers", "2", "--ps", "1", "--max-time-s", "300",
-         "--target", "1.01", "--out", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    process = _start_endless_job(tmp_path)
     try:
-        _wait_for_training(tmp_path)
         children = psutil.Process(process.pid).children(recursive=True)
         worker = next(c for c in children if c.cmdline()[3:4] == ["worker"])  # python -m star.cli worker ...
         os.kill(worker.pid, signal.SIGKILL)

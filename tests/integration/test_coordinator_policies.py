@@ -1,0 +1,44 @@
+"""The coordinator on a real job: a replayed slowdown is detected within 3 decision periods,
+AMP is switched on for the straggler and off after it recovers, all in events.jsonl."""
+
+from __future__ import annotations
+
+import pytest
+
+from star.config import JobConfig, from_dict
+from star.events import read_events
+from star.launch import launch
+from star.traces import Trace, write_simple_csv
+
+pytestmark = pytest.mark.integration
+
+DECISION_PERIOD_S = 1.0
+
+
+def test_straggler_is_detected_amp_toggled_on_and_off_again(tmp_path):
+    trace = tmp_path / "slow3.csv"
+    rows = [(0, w, 1.0) for w in range(4)] + [(30, 3, 3.0), (90, 3, 1.0), (10_000, 3, 1.0)]
+    write_simple_csv(Trace.from_rows(rows), trace)
+    out = tmp_path / "run"
+    config = from_dict(
+        JobConfig,
+        {"task": "digits", "workers": 4, "ps": 1, "out": str(out), "max_time_s": 50, "target": 1.01,
+         "stop_at_target": False, "plan": {"mode": "amp"}, "trace": {"path": str(trace)},
+         "control": {"decision_period_s": DECISION_PERIOD_S}},
+    )
+    result = launch(config)
+    events = read_events(out / "events.jsonl")
+
+    onset = next(e for e in events if e["kind"] == "slowdown_changed" and e["worker"] == 3 and e["factor"] == 3.0)
+    detected = next(e for e in events if e["kind"] == "straggler_detected")
+    assert detected["worker"] == 3
+    assert detected["t"] - onset["t"] <= 3 * DECISION_PERIOD_S + 0.5, (onset, detected)
+
+    amp_events = [e for e in events if e["kind"] == "amp" and e["worker"] == 3]
+    assert amp_events[0]["amp"] is True and amp_events[0]["t"] >= detected["t"]
+    recovery = next(e for e in events if e["kind"] == "slowdown_changed" and e["worker"] == 3 and e["factor"] == 1.0)
+    recovered = next(e for e in events if e["kind"] == "straggler_recovered" and e["t"] > recovery["t"])
+    off = next(e for e in amp_events if e["amp"] is False and e["t"] >= recovered["t"])
+    assert "recovered" in off["reason"]
+    assert not [e for e in events if e["kind"] == "straggler_detected" and e["worker"] != 3]
+    assert result["amp_toggles"] >= 2
