@@ -43,6 +43,11 @@ def _run_launch(args: argparse.Namespace) -> int:
         print(f"star launch: failed: {exc}", file=sys.stderr)
         return 1
     summary = {k: result.get(k) for k in ("task", "mode", "reached", "tta_s", "final_metric", "iterations", "updates", "wall_s")}
+    if result.get("compute_to_comm") is not None:
+        print(
+            f"per iteration: compute {result['compute_s_median'] * 1e3:.1f} ms, "
+            f"communication {result['comm_s_median'] * 1e3:.1f} ms (push+pull): compute/comm = {result['compute_to_comm']:.1f}x"
+        )
     print("result: " + json.dumps(summary))
     return 130 if result.get("interrupted") else 0
 

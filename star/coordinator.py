@@ -116,6 +116,23 @@ class ClusterView:
             )
         return out
 
+    def compute_vs_comm(self) -> dict[str, float | None]:
+        """Median compute and communication seconds per iteration over the recent reports.
+
+        Communication = push + pull of the same bytes, estimated as 2 x push: a pull's
+        time also includes blocking on other workers, which is not communication.
+        """
+        reports = [r for history in self.reports.values() for r in history]
+        if not reports:
+            return {"compute_s_median": None, "comm_s_median": None, "compute_to_comm": None}
+        compute = statistics.median(r.compute_s for r in reports)
+        comm = 2 * statistics.median(r.push_s for r in reports)
+        return {
+            "compute_s_median": round(compute, 5),
+            "comm_s_median": round(comm, 5),
+            "compute_to_comm": round(compute / comm, 2) if comm > 0 else None,
+        }
+
     def max_iteration(self) -> int:
         return max((h[-1].iteration for h in self.reports.values() if h), default=0)
 
@@ -386,6 +403,7 @@ class Coordinator:
                 for s in stats
             ],
             "reports_ignored": dict(service.cluster.ignored),
+            **service.cluster.compute_vs_comm(),
             "straggler_detections": self.events.counts.get("straggler_detected", 0),
             "plan_switches": self.events.counts.get("plan", 0) - 1,
             "amp_toggles": self.events.counts.get("amp", 0),

@@ -96,8 +96,8 @@ def build_task(data_seed: int = 0) -> Task:
         metric_name="accuracy",
         higher_is_better=True,
         default_target=0.95,
-        default_batch_size=32,
-        default_lr=0.003,
+        default_batch_size=64,
+        default_lr=0.005,
         default_optimizer="sgd",
         default_momentum=0.9,
     )

@@ -17,7 +17,7 @@ DECISION_PERIOD_S = 1.0
 
 def test_straggler_is_detected_amp_toggled_on_and_off_again(tmp_path):
     trace = tmp_path / "slow3.csv"
-    rows = [(0, w, 1.0) for w in range(4)] + [(30, 3, 3.0), (90, 3, 1.0), (10_000, 3, 1.0)]
+    rows = [(0, w, 1.0) for w in range(4)] + [(20, 3, 3.0), (60, 3, 1.0), (10_000, 3, 1.0)]
     write_simple_csv(Trace.from_rows(rows), trace)
     out = tmp_path / "run"
     config = from_dict(
