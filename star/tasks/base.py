@@ -136,3 +136,14 @@ def seeded_build(factory: Callable[[], torch.nn.Module], seed: int) -> torch.nn.
         torch.manual_seed(seed)
         model = factory()
     return model.to(torch.float32)
+
+
+def init_relu_convnet(features: torch.nn.Module, head: torch.nn.Linear) -> None:
+    """Kaiming-normal ReLU convs and a zero head: trains stably at the lrs our tasks use
+    (PyTorch's default init stalled or diverged there)."""
+    for module in features.modules():
+        if isinstance(module, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+            torch.nn.init.zeros_(module.bias)
+    torch.nn.init.zeros_(head.weight)
+    torch.nn.init.zeros_(head.bias)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from star.tasks.base import Task, TaskData, seeded_build
+from star.tasks.base import init_relu_convnet, Task, TaskData, seeded_build
 
 HELDOUT_FRACTION = 0.2
 NUM_CLASSES = 10
@@ -67,12 +67,7 @@ class DigitsNet(nn.Module):
             nn.MaxPool2d(4),
         )
         self.head = nn.Linear(width * 4 * 4, NUM_CLASSES)
-        for module in self.features:
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
-                nn.init.zeros_(module.bias)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
+        init_relu_convnet(self.features, self.head)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         upsampled = F.interpolate(images, scale_factor=2, mode="nearest")

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from star.tasks.base import Task, TaskData, seeded_build
+from star.tasks.base import init_relu_convnet, Task, TaskData, seeded_build
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)
@@ -69,12 +69,7 @@ class SyntheticNet(nn.Module):
             nn.ReLU(),
         )
         self.head = nn.Linear(2 * width * LATENT_SHAPE[1] * LATENT_SHAPE[2], NUM_CLASSES)
-        for module in self.features:
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
-                nn.init.zeros_(module.bias)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
+        init_relu_convnet(self.features, self.head)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         pooled = F.adaptive_avg_pool2d(self.features(images), LATENT_SHAPE[1:])
