@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 
-from star.plan import LatePolicy, Scale, SyncPlan
+from star.plan import LatePolicy, Scale, SyncPlan, plan_from_dict, plan_to_dict
 
 
 class RejectCode(str, Enum):
@@ -160,6 +160,33 @@ class Aggregator:
             "pending": self.pending,
             "updates": self.version,
         }
+
+    # ---- checkpoints -----------------------------------------------------------
+    def export_state(self) -> dict:
+        """What a checkpoint keeps: version, plan, counters. Gradients waiting in open rounds
+        are not kept (their payloads live in the PS); `pending` records how many there were."""
+        return {
+            "version": self.version,
+            "plan": None if self.plan is None else plan_to_dict(self.plan),
+            "counters": dict(self.counters),
+            "staleness_histogram": {str(k): v for k, v in self.staleness_histogram.items()},
+            "pending": self.pending,
+        }
+
+    @classmethod
+    def restore(cls, state: dict) -> "Aggregator":
+        """An aggregator continuing from `export_state()`. The open rounds' gradients did not
+        survive, so they are accounted as dropped ("lost_in_restart") and the invariant
+        accepted == applied + dropped + pending still holds. Every worker must pull again."""
+        aggregator = cls(plan_from_dict(state["plan"]) if state.get("plan") else None)
+        aggregator.version = int(state["version"])
+        aggregator.counters = Counter({str(k): int(v) for k, v in state.get("counters", {}).items()})
+        aggregator.staleness_histogram = Counter({int(k): int(v) for k, v in state.get("staleness_histogram", {}).items()})
+        lost = int(state.get("pending", 0))
+        if lost:
+            aggregator.counters["dropped"] += lost
+            aggregator.counters["dropped_lost_in_restart"] += lost
+        return aggregator
 
     # ---- pulls -----------------------------------------------------------------
     def pull(self, worker: int) -> PullOutcome:

@@ -197,6 +197,39 @@ def with_epoch(plan: SyncPlan, epoch: int) -> SyncPlan:
     )
 
 
+def plan_to_dict(plan: SyncPlan) -> dict:
+    """A JSON-able form (checkpoints, events): plain lists, ints and strings only."""
+    return {
+        "epoch": plan.epoch,
+        "groups": [list(g) for g in plan.groups],
+        "quorum": list(plan.quorum),
+        "staleness_bound": plan.staleness_bound,
+        "scale": plan.scale.value,
+        "late_policy": plan.late_policy.value,
+        "label": plan.label,
+    }
+
+
+def plan_from_dict(data: dict) -> SyncPlan:
+    """Inverse of plan_to_dict; raises PlanError naming the bad field."""
+    try:
+        return SyncPlan(
+            epoch=int(data["epoch"]),
+            groups=tuple(tuple(int(w) for w in g) for g in data["groups"]),
+            quorum=tuple(int(q) for q in data["quorum"]),
+            staleness_bound=None if data.get("staleness_bound") is None else int(data["staleness_bound"]),
+            scale=Scale(data.get("scale", Scale.PER_TOTAL_WORKERS.value)),
+            late_policy=LatePolicy(data.get("late_policy", LatePolicy.APPLY.value)),
+            label=str(data.get("label", "")),
+        )
+    except KeyError as exc:
+        raise PlanError(f"plan is missing field {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, PlanError):
+            raise
+        raise PlanError(f"malformed plan {data!r}: {exc}") from None
+
+
 def _check_workers(workers: Sequence[int]) -> tuple[int, ...]:
     workers = tuple(workers)
     if not workers:

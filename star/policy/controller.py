@@ -110,10 +110,19 @@ class Controller:
         self.selector = HeuristicSelector(config.selection)
         self.batch_sizes = {w: base_batch for w in range(num_workers)}
         self.lost: set[int] = set()
+        self.base_plan: SyncPlan | None = None  # the first plan seen: what a rejoining worker goes back to
 
     def decide(self, period: int, current: SyncPlan, workers: Mapping[int, WorkerSummary], b_noise: float = 0.0) -> ControlDecision:
         c = self.config
         events: list[dict[str, Any]] = []
+        if self.base_plan is None:
+            self.base_plan = current
+        rejoined = {w for w in self.lost if w in workers and workers[w].silent_s <= c.lost_after_s
+                    and workers[w].reports >= c.min_reports}
+        for w in sorted(rejoined):
+            self.lost.discard(w)
+            self.batch_sizes[w] = self.base_batch
+            events.append({"kind": "worker_rejoined", "worker": w, "reason": "reporting again"})
         newly_lost = {w for w, s in workers.items() if s.silent_s > c.lost_after_s and w not in self.lost}
         for w in sorted(newly_lost):
             self.lost.add(w)
@@ -123,7 +132,9 @@ class Controller:
         active = {w: s for w, s in workers.items() if w not in self.lost and s.reports >= c.min_reports}
         if any(w not in active for w in current.workers if w not in self.lost):
             # Not every worker can be judged yet: only handle losses.
-            plan = without_workers(current, frozenset(self.lost)) if newly_lost else None
+            plan = self._membership_plan(current, newly_lost, rejoined)
+            if plan is not None:
+                plan = with_epoch(plan, current.epoch + 1)
             return ControlDecision(plan, {}, {}, frozenset(self.detector.stragglers), frozenset(self.lost), events)
 
         normalised = {w: s.per_sample_s * self.amp.speedup(w) for w, s in active.items()}
@@ -148,11 +159,21 @@ class Controller:
             batch = self._batch_sizes(active, events)
 
         plan = self._plan(period, current, active, detection.stragglers, b_noise, events)
-        if plan is None and newly_lost:
-            plan = without_workers(current, frozenset(self.lost))
+        if plan is None or not set(plan.workers) >= rejoined:
+            plan = self._membership_plan(current, newly_lost, rejoined) or plan
         if plan is not None:
             plan = with_epoch(without_workers(plan, frozenset(self.lost)), current.epoch + 1)
         return ControlDecision(plan, amp, batch, detection.stragglers, frozenset(self.lost), events)
+
+    def _membership_plan(self, current: SyncPlan, newly_lost: set[int], rejoined: set[int]) -> SyncPlan | None:
+        """The plan after workers left or came back: lost ones leave the current plan; a
+        rejoining worker brings back the first plan (minus whoever is still lost)."""
+        gone = frozenset(self.lost)
+        if rejoined and self.base_plan is not None:
+            return without_workers(self.base_plan, gone)
+        if newly_lost:
+            return without_workers(current, gone)
+        return None
 
     def _batch_sizes(self, active: Mapping[int, WorkerSummary], events: list[dict[str, Any]]) -> dict[int, int]:
         c = self.config.batching

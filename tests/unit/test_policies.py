@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -256,3 +257,25 @@ def test_without_workers_shrinks_groups_and_quorums():
 
     plan = without_workers(kofn(range(4), 3, epoch=1), frozenset({0, 1}))
     assert plan.groups == ((2, 3),) and plan.quorum == (2,)
+
+
+def test_a_lost_worker_plan_always_has_a_newer_epoch():
+    controller = Controller(for_strategy(ControlConfig(lost_after_s=5), "ssgd"), 4, 32)
+    reports = _summaries({w: 1e-3 for w in range(4)}, silent={2: 9.0})
+    reports[1] = dataclasses.replace(reports[1], reports=0)  # not every worker can be judged yet
+    decision = controller.decide(0, ssgd(range(4), epoch=3), reports)
+    assert decision.lost == {2} and decision.plan is not None and decision.plan.epoch == 4
+
+
+@pytest.mark.parametrize("strategy", ["ssgd", "kofn", "exclude", "auto"])
+def test_a_lost_worker_that_reports_again_rejoins_the_plan(strategy):
+    from star.plan import plan_for_mode
+
+    controller = Controller(for_strategy(ControlConfig(lost_after_s=5), strategy), 4, 32)
+    start = plan_for_mode("kofn" if strategy == "kofn" else "ssgd", 4, epoch=1)
+    gone = controller.decide(0, start, _summaries({w: 1e-3 for w in range(4)}, silent={2: 9.0}))
+    assert 2 not in gone.plan.workers
+    back = controller.decide(1, gone.plan, _summaries({w: 1e-3 for w in range(4)}))
+    assert back.lost == frozenset() and back.plan is not None
+    assert back.plan.workers == (0, 1, 2, 3) and back.plan.epoch == gone.plan.epoch + 1
+    assert any(e["kind"] == "worker_rejoined" and e["worker"] == 2 for e in back.events)

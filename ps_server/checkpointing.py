@@ -1,0 +1,94 @@
+"""When and how a PS checkpoints its shard, and how it comes back from one.
+
+The policy (every N updates or S seconds, and on shutdown) is `CheckpointSchedule`, a
+pure class; `ShardCheckpointer` copies the state on the event loop (so the copy is
+consistent with one parameter version) and writes it in a thread, so training does not
+wait on the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from star.aggregate import Aggregator
+from star.checkpoint import ShardCheckpoint, latest_shard, save_shard
+from star.logs import log
+
+logger = logging.getLogger("ps")
+
+
+@dataclass(frozen=True)
+class CheckpointSchedule:
+    """Checkpoint when `every_updates` updates or `every_s` seconds have passed since the last one."""
+
+    every_updates: int = 0  # 0 = not by update count
+    every_s: float = 0.0  # 0 = not by time
+
+    def due(self, version: int, last_version: int, now_s: float, last_s: float) -> bool:
+        if version == last_version:
+            return False
+        by_count = self.every_updates > 0 and version - last_version >= self.every_updates
+        by_time = self.every_s > 0 and now_s - last_s >= self.every_s
+        return by_count or by_time
+
+
+class ShardCheckpointer:
+    """Writes one PS's checkpoints into `directory` (see star.checkpoint for the layout)."""
+
+    def __init__(self, directory: str, job_id: str, schedule: CheckpointSchedule):
+        self.directory = directory
+        self.job_id = job_id
+        self.schedule = schedule
+        self.last_version = 0  # the version of the last checkpoint (a restored PS sets it)
+        self.last_s = time.monotonic()
+        self.written = 0
+        self._writing: asyncio.Future | None = None
+
+    def capture(self, ps_index: int, num_ps: int, total_numel: int, shard, aggregator: Aggregator,
+                trained_s: float) -> ShardCheckpoint:
+        """A consistent copy of the shard at the aggregator's current version."""
+        state = aggregator.export_state()
+        state["trained_s"] = trained_s
+        optimizer = shard.optimizer.state_dict()
+        optimizer = {"state": {k: {n: (v.clone() if isinstance(v, torch.Tensor) else v) for n, v in s.items()}
+                               for k, s in optimizer["state"].items()},
+                     "param_groups": optimizer["param_groups"]}
+        return ShardCheckpoint(self.job_id, ps_index, num_ps, total_numel, shard.range.start, shard.range.end,
+                               shard.param.detach().clone(), optimizer, state)
+
+    def maybe_save(self, version: int, capture: Callable[[], ShardCheckpoint]) -> None:
+        """Start a background write when one is due and none is running (`capture()` makes the copy)."""
+        if self._writing is not None and not self._writing.done():
+            return
+        now = time.monotonic()
+        if not self.schedule.due(version, self.last_version, now, self.last_s):
+            return
+        self.last_version, self.last_s = version, now
+        self._writing = asyncio.get_running_loop().run_in_executor(None, self._write, capture())
+
+    async def save_now(self, checkpoint: ShardCheckpoint) -> None:
+        """The final checkpoint at shutdown: wait for a running write, then write this one."""
+        if self._writing is not None:
+            await asyncio.wait_for(asyncio.shield(self._writing), timeout=30.0)
+        if checkpoint.version == self.last_version and self.written:
+            return
+        await asyncio.get_running_loop().run_in_executor(None, self._write, checkpoint)
+
+    def _write(self, checkpoint: ShardCheckpoint) -> None:
+        started = time.monotonic()
+        path = save_shard(self.directory, checkpoint)
+        self.written += 1
+        self.last_version = checkpoint.version
+        log(logger, logging.INFO, "checkpoint written", path=str(path), version=checkpoint.version,
+            seconds=round(time.monotonic() - started, 3))
+
+
+def restore_shard(directory: str, ps_index: int) -> ShardCheckpoint | None:
+    """This PS's newest checkpoint in `directory`, or None (then it starts fresh)."""
+    return latest_shard(directory, ps_index)
