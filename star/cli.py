@@ -108,6 +108,62 @@ def _run_coordinator(args: argparse.Namespace) -> int:
     return run_coordinator(config, args.ready_file)
 
 
+SIM_ALIASES = {
+    "--mode": ("plan.mode", "strategy: ssgd | asgd | kofn | grouped | ssp | exclude | amp | batch | auto"),
+    "--k": ("plan.k", "k-of-N quorum (default N-1)"),
+    "--groups": ("plan.groups", "grouped mode, e.g. '0,1;2,3' (default two halves)"),
+    "--staleness": ("plan.staleness", "SSP staleness bound (default 2)"),
+    "--trace": ("trace_path", "slowdown trace (Alibaba PAI CSV or iteration,worker,factor CSV)"),
+}
+
+
+def _sim_parser(sub) -> None:
+    from star.sim.config import SimConfig
+
+    p = sub.add_parser("sim", help="simulate a job (any strategy, 10-10,000 workers) with the real coordinator policies")
+    p.add_argument("--config", help="TOML file of SimConfig fields; flags override it")
+    for flag, (dest, help_text) in SIM_ALIASES.items():
+        p.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=help_text)
+    add_config_args(p, SimConfig)
+    p.set_defaults(handler=_run_sim)
+
+
+def _run_sim(args: argparse.Namespace) -> int:
+    from star.cli_args import given_flags
+    from star.config import merge
+    from star.sim.config import SimConfig, sim_config
+    from star.sim.run import run_and_write
+
+    base = load_toml(args.config) if args.config else {}
+    config = sim_config(merge(base, given_flags(args, SimConfig)))  # a calibration file goes under both
+    result = run_and_write(config).result
+    keys = ("mode", "workers", "reached", "tta_s", "final_metric", "iterations", "updates", "straggler_detections",
+            "plan_switches", "amp_toggles", "sim_s", "wall_s")
+    print("result: " + json.dumps({k: result.get(k) for k in keys}))
+    return 0
+
+
+def _calibrate_parser(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit the simulator to a short real clean-SSGD run of a built-in task")
+    p.add_argument("--task", default="digits")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--ps", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-time-s", type=float, default=150.0)
+    p.add_argument("--out", required=True, help="directory: the run goes to OUT/ssgd, the fit to OUT/calibration.toml")
+    p.set_defaults(handler=_run_calibrate)
+
+
+def _run_calibrate(args: argparse.Namespace) -> int:
+    from star.sim.calibrate import run_calibration
+
+    tables = run_calibration(args.task, args.out, args.workers, args.ps, args.seed, args.max_time_s,
+                             progress=lambda line: print(line, flush=True))
+    print(json.dumps(tables))
+    print(f"wrote {args.out}/calibration.toml")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="star", description="STAR: straggler-tolerant parameter-server training")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -115,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     _ps_parser(sub)
     _worker_parser(sub)
     _coordinator_parser(sub)
+    _sim_parser(sub)
+    _calibrate_parser(sub)
     return parser
 
 

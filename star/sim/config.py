@@ -1,0 +1,113 @@
+"""Simulator configuration: frozen dataclasses, one documented field per line, units in names.
+
+`SimConfig` nests the cost model, the convergence model and the real coordinator's
+`ControlConfig`, so `star sim --control.decision_period_s 5` and a TOML `[cost]` table
+work exactly like `star launch` flags do. A calibration file (written by `star
+calibrate`) holds `[cost]` and `[convergence]` tables and is merged under the config.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from star.config import ConfigError, PlanConfig, from_dict, load_toml, merge
+from star.policy.controller import ControlConfig
+
+
+def _require(condition: bool, name: str, value: object, reason: str) -> None:
+    if not condition:
+        raise ConfigError(name, value, reason)
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    """Seconds per worker iteration: compute x trace factor x AMP x batch share, plus transfers."""
+
+    base_compute_s: float = 0.05  # forward+backward seconds of one iteration at base_batch, AMP off, factor 1
+    base_batch: int = 64  # per-worker batch the base compute time was measured at
+    amp_time_factor: float = 0.6  # compute time multiplier while AMP is on (0.6 = 1.67x faster)
+    model_bytes: float = 500_000.0  # bytes pushed (and again pulled) per iteration
+    bandwidth_bytes_per_s: float = 1.0e9  # per-host network bandwidth of a worker
+    latency_s: float = 0.0  # fixed seconds per transfer (RPC latency), paid once by push and once by pull
+    ps_update_s: float = 0.0  # PS CPU seconds to apply one update; a sync group's release waits for it
+    overhead_s: float = 0.0  # other seconds per iteration (framework, reporting): neither compute nor transfer
+    compute_noise_cv: float = 0.0  # coefficient of variation of lognormal per-iteration compute noise
+
+    def __post_init__(self) -> None:
+        for name in ("base_compute_s", "amp_time_factor", "model_bytes", "bandwidth_bytes_per_s"):
+            value = getattr(self, name)
+            _require(math.isfinite(value) and value > 0, f"cost.{name}", value, "must be > 0")
+        for name in ("latency_s", "ps_update_s", "overhead_s", "compute_noise_cv"):
+            value = getattr(self, name)
+            _require(math.isfinite(value) and value >= 0, f"cost.{name}", value, "must be >= 0")
+        _require(self.base_batch >= 1, "cost.base_batch", self.base_batch, "must be >= 1")
+
+    @property
+    def transfer_s(self) -> float:
+        """Seconds of one push (a pull moves the same bytes)."""
+        return self.latency_s + self.model_bytes / self.bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True)
+class ConvergenceConfig:
+    """Progress per applied update, and the metric curve it maps to."""
+
+    updates_to_target: float = 100.0  # SSGD updates (N gradients of base_batch) the real task needs to reach target
+    b_noise: float = 0.0  # gradient noise scale B_noise, in samples (0: every batch is equally efficient)
+    staleness_penalty: float = 0.15  # an update s versions stale is worth 1/(1 + penalty x s)
+    initial_metric: float = 0.1  # metric before any update
+    target_metric: float = 0.95  # metric reached exactly when progress == updates_to_target
+    final_metric: float = 1.0  # metric approached as progress grows without bound
+    eval_period_s: float = 0.5  # simulated evaluator period: TTA is the first evaluation at or past target (0: exact)
+
+    def __post_init__(self) -> None:
+        _require(self.updates_to_target > 0, "convergence.updates_to_target", self.updates_to_target, "must be > 0")
+        _require(self.b_noise >= 0, "convergence.b_noise", self.b_noise, "must be >= 0")
+        _require(self.staleness_penalty >= 0, "convergence.staleness_penalty", self.staleness_penalty, "must be >= 0")
+        _require(self.eval_period_s >= 0, "convergence.eval_period_s", self.eval_period_s, "must be >= 0")
+        lo, hi = sorted((self.initial_metric, self.final_metric))
+        _require(lo < self.target_metric < hi, "convergence.target_metric", self.target_metric,
+                 f"must lie strictly between initial_metric and final_metric ({self.initial_metric}, {self.final_metric})")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated job: workers, strategy, trace, cost and convergence models, controller."""
+
+    workers: int = 4  # simulated workers
+    iterations: int = 10_000  # stop once some worker has done this many iterations
+    max_time_s: float = 1.0e9  # stop after this many simulated seconds
+    stop_at_target: bool = True  # stop at the first evaluation at or past the target (like star launch)
+    seed: int = 0  # seeds the compute noise
+    out: str | None = None  # directory for result.json and curve.csv (None: write nothing)
+    calibration: str | None = None  # TOML with [cost] and [convergence] tables (star calibrate); this config overrides it
+    trace_path: str | None = None  # Alibaba PAI CSV or iteration,worker,factor CSV
+    trace_workers: str | None = None  # trace workers for run workers 0..N-1, e.g. "3,4,5,6"; default the first N
+    trace_stretch: float = 1.0  # multiplies trace iteration numbers, as in star launch
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
+    convergence: ConvergenceConfig = field(default_factory=ConvergenceConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
+
+    def __post_init__(self) -> None:
+        _require(self.workers >= 1, "workers", self.workers, "must be >= 1")
+        _require(self.iterations >= 1, "iterations", self.iterations, "must be >= 1")
+        _require(self.max_time_s > 0, "max_time_s", self.max_time_s, "must be > 0")
+        _require(self.trace_stretch > 0, "trace_stretch", self.trace_stretch, "must be > 0")
+        _require(self.control.decision_period_s > 0, "control.decision_period_s", self.control.decision_period_s, "must be > 0")
+        if self.plan.k is not None:
+            _require(self.plan.k <= self.workers, "plan.k", self.plan.k, f"must be <= workers ({self.workers})")
+        self.plan.build(self.workers)
+
+
+def sim_config(data: dict | None = None, calibration: str | None = None) -> SimConfig:
+    """Build a SimConfig from plain data, with a calibration file's tables merged underneath."""
+    data = dict(data or {})
+    path = calibration or data.get("calibration")
+    if path:
+        calibrated = load_toml(path)
+        base = {k: calibrated[k] for k in ("cost", "convergence") if k in calibrated}
+        data = merge(base, data)
+        data["calibration"] = str(path)
+    return from_dict(SimConfig, data)

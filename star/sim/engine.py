@@ -1,0 +1,437 @@
+"""Discrete-event simulation of a STAR job, driven by the real `Controller`.
+
+Time advances in decision periods. Within a period the plan, AMP switches and batch
+sizes are fixed, and the groups of the plan do not wait for each other, so each group
+is advanced on its own, one round (one event) at a time, vectorised over its members:
+
+- a synchronous group (quorum = size) closes a round at its slowest member's arrival;
+- a k-of-N group closes at the quorum-th on-time arrival; a worker whose round already
+  closed pushes late (applied alone, or dropped) and pulls again at once;
+- singleton groups (ASGD, excluded stragglers) advance all together, one iteration per
+  step; with an SSP bound they run one event at a time (exact, meant for small N).
+
+These are the rules of `star.aggregate.Aggregator` (tests check both agree on small
+cases). Every update is logged with its gradients' pull times; at the end of a period
+the log is sorted and each gradient's staleness = updates applied between its pull and
+its apply, which the convergence model turns into progress. Then the coordinator's
+step runs: reports -> WorkerSummary -> `Controller.decide` -> AMP / batch directives
+(they apply from each worker's next iteration) and plan switches (open rounds are
+applied, gradients in flight are refused and their workers pull again, as a real PS
+and worker do).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from star.plan import LatePolicy, SyncPlan
+from star.policy.controller import Controller, for_strategy
+from star.sim.config import SimConfig
+from star.sim.convergence import ConvergenceModel
+from star.sim.cost import CostModel
+from star.sim.replay import FactorTable
+from star.sim.reports import ReportBook
+from star.traces import Trace, load_trace
+
+
+@dataclass
+class SimResult:
+    result: dict[str, Any]
+    curve: list[tuple[float, int, float]]  # (time_s since the first update, version, metric)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _UpdateLog:
+    """Updates of one period: apply time, summed batch, and their gradients' pull times."""
+
+    def __init__(self) -> None:
+        self.times: list[np.ndarray] = []
+        self.batch: list[np.ndarray] = []
+        self.starts: list[np.ndarray] = []
+        self.owner: list[np.ndarray] = []  # per gradient entry: index of its update in this log
+        self.weight: list[np.ndarray] = []  # per gradient entry: how many gradients share this pull time
+        self.count = 0
+
+    def one(self, t: float, batch: float, starts: np.ndarray) -> None:
+        """One update summing the gradients pulled at `starts`."""
+        lo, hi = starts.min(), starts.max()
+        if lo == hi:
+            s, w = np.array([lo]), np.array([float(len(starts))])
+        else:
+            s, counts = np.unique(starts, return_counts=True)
+            w = counts.astype(float)
+        self.times.append(np.array([t]))
+        self.batch.append(np.array([batch], dtype=float))
+        self.starts.append(s)
+        self.weight.append(w)
+        self.owner.append(np.full(len(s), self.count))
+        self.count += 1
+
+    def many(self, times: np.ndarray, batch: np.ndarray, starts: np.ndarray) -> None:
+        """Single-gradient updates (ASGD pushes, late gradients)."""
+        n = len(times)
+        if n == 0:
+            return
+        self.times.append(times)
+        self.batch.append(batch.astype(float))
+        self.starts.append(starts)
+        self.weight.append(np.ones(n))
+        self.owner.append(np.arange(self.count, self.count + n))
+        self.count += n
+
+
+class _History:
+    """All apply times so far, sorted (amortised-doubling array), for versions at pull time."""
+
+    def __init__(self) -> None:
+        self._data = np.empty(1024)
+        self.size = 0
+
+    def extend(self, times: np.ndarray) -> None:
+        need = self.size + len(times)
+        if need > len(self._data):
+            grown = np.empty(max(need, 2 * len(self._data)))
+            grown[: self.size] = self._data[: self.size]
+            self._data = grown
+        self._data[self.size : need] = times
+        self.size = need
+
+    def version_at(self, t: np.ndarray) -> np.ndarray:
+        """Updates applied at or before each time."""
+        return np.searchsorted(self._data[: self.size], t, side="right")
+
+
+class Simulation:
+    def __init__(self, config: SimConfig, trace: Trace | None = None):
+        self.config = c = config
+        n = c.workers
+        if trace is None and c.trace_path:
+            trace = load_trace(c.trace_path)
+        self.rng = np.random.default_rng(c.seed)
+        self.cost = CostModel(c.cost, FactorTable(trace, n, c.trace_workers, c.trace_stretch), self.rng)
+        self.conv = ConvergenceModel(c.convergence, n, c.cost.base_batch)
+        self.control = for_strategy(c.control, c.plan.mode)
+        self.controller = Controller(self.control, n, c.cost.base_batch)
+        self.book = ReportBook(n)
+        self.fixed_s = self.cost.fixed_s()
+        self.ps_s = c.cost.ps_update_s
+        # Per-worker state of the computation in progress.
+        self.arrive = np.zeros(n)  # when its gradient reaches the PS (inf: blocked by SSP)
+        self.start = np.zeros(n)  # when it pulled (started)
+        self.rnd = np.zeros(n, dtype=np.int64)  # round of its group it computes for
+        self.iters = np.zeros(n, dtype=np.int64)  # iterations finished (pushed)
+        self.reported = np.ones(n, dtype=bool)
+        self.stale = np.zeros(n, dtype=bool)  # started under an older plan: its push will be refused
+        self.cur_compute = np.zeros(n)
+        self.cur_amp = np.zeros(n, dtype=bool)
+        self.cur_batch = np.zeros(n, dtype=np.int64)
+        self.amp = np.zeros(n, dtype=bool)  # directives in force
+        self.batch = np.full(n, c.cost.base_batch, dtype=np.int64)
+        self.clock = np.zeros(n, dtype=np.int64)  # SSP: pushes under the plan in force
+        self.counters = {"dropped_late": 0, "refused": 0, "late_applied": 0}
+        self.events: list[dict[str, Any]] = []
+        self.counts: dict[str, int] = {}
+        self.history = _History()
+        self.progress = 0.0
+        self.first_update_s: float | None = None
+        self.curve: list[tuple[float, int, float]] = []
+        self.tta_s: float | None = None
+        self.tta_updates: int | None = None
+        self.next_eval_k = 0
+        self.controller_s = 0.0
+        self.set_plan(c.plan.build(n, epoch=1))
+        self._start_iteration(np.arange(n), np.zeros(n))
+
+    # ---- plan -------------------------------------------------------------------
+    def set_plan(self, plan: SyncPlan) -> None:
+        self.plan = plan
+        self.sync_groups: list[tuple[np.ndarray, int]] = []
+        singles = []
+        for group, quorum in zip(plan.groups, plan.quorum):
+            if len(group) == 1:
+                singles.append(group[0])
+            else:
+                self.sync_groups.append((np.asarray(group, dtype=np.int64), quorum))
+        self.round = [0] * len(self.sync_groups)
+        in_plan = np.zeros(self.config.workers, dtype=bool)
+        in_plan[list(plan.workers)] = True
+        self.singles = np.asarray(sorted(singles), dtype=np.int64)
+        self.outsiders = np.flatnonzero(~in_plan)  # lost workers: their pushes are refused
+        self.rnd[:] = 0
+        self.clock[:] = 0
+
+    def _switch(self, plan: SyncPlan, now: float, log: _UpdateLog) -> None:
+        """A new epoch: apply the open rounds, refuse gradients in flight, restart SSP clocks."""
+        for g, (members, _) in enumerate(self.sync_groups):
+            arrived = members[(self.rnd[members] == self.round[g]) & (self.arrive[members] <= now) & ~self.stale[members]]
+            if len(arrived):
+                log.one(now + self.ps_s, float(self.cur_batch[arrived].sum()), self.start[arrived])
+                self._start_iteration(arrived, np.full(len(arrived), now + self.ps_s))
+        blocked = np.flatnonzero(np.isinf(self.arrive))
+        if len(blocked):
+            self._start_iteration(blocked, np.full(len(blocked), now))
+        self.stale |= self.arrive > now
+        self.set_plan(plan)
+
+    # ---- per-worker steps -------------------------------------------------------
+    def _start_iteration(self, workers: np.ndarray, t0: np.ndarray) -> None:
+        amp, batch = self.amp[workers], self.batch[workers]
+        compute = self.cost.compute_s(workers, self.iters[workers], amp, batch)
+        self.cur_compute[workers] = compute
+        self.cur_amp[workers] = amp
+        self.cur_batch[workers] = batch
+        self.start[workers] = t0
+        self.arrive[workers] = t0 + self.fixed_s + compute
+        self.reported[workers] = False
+
+    def _finish(self, workers: np.ndarray) -> None:
+        """The push (and the report that follows it) of each worker's computation."""
+        workers = workers[~self.reported[workers]]
+        if len(workers) == 0:
+            return
+        self.iters[workers] += 1
+        self.book.record(workers, self.arrive[workers], self.cur_compute[workers], self.cost.transfer_s,
+                         self.cur_batch[workers], self.cur_amp[workers])
+        self.reported[workers] = True
+
+    def _resolve_refused(self, members: np.ndarray, end: float, rnd: int = 0) -> None:
+        """Workers whose push is refused (old epoch, or not in the plan) pull again at once."""
+        refused = members[self.stale[members] & (self.arrive[members] < end)]
+        if len(refused):
+            self._finish(refused)
+            self.counters["refused"] += len(refused)
+            self.stale[refused] = False
+            self.rnd[refused] = rnd
+            self._start_iteration(refused, self.arrive[refused].copy())
+
+    # ---- groups -----------------------------------------------------------------
+    def _run_sync(self, g: int, members: np.ndarray, end: float, log: _UpdateLog) -> None:
+        while True:
+            self._resolve_refused(members, end, self.round[g])
+            close = self.arrive[members].max()
+            if close >= end:
+                self._finish(members[self.arrive[members] < end])
+                return
+            self._finish(members)
+            t = close + self.ps_s
+            log.one(t, float(self.cur_batch[members].sum()), self.start[members])
+            self.round[g] += 1
+            self.rnd[members] = self.round[g]
+            self._start_iteration(members, np.full(len(members), t))
+
+    def _run_kofn(self, g: int, members: np.ndarray, quorum: int, end: float, log: _UpdateLog) -> None:
+        late_apply = self.plan.late_policy is LatePolicy.APPLY
+        while True:
+            r = self.round[g]
+            self._resolve_refused(members, end, r)
+            while True:
+                arrive = self.arrive[members]
+                on = self.rnd[members] == r
+                on_arrivals = arrive[on]
+                close = np.partition(on_arrivals, quorum - 1)[quorum - 1] if len(on_arrivals) >= quorum else np.inf
+                late = members[~on & (arrive < min(close, end)) & ~self.stale[members]]
+                if len(late) == 0:
+                    break
+                self._finish(late)
+                if late_apply:
+                    log.many(self.arrive[late] + self.ps_s, self.cur_batch[late], self.start[late])
+                    self.counters["late_applied"] += len(late)
+                else:
+                    self.counters["dropped_late"] += len(late)
+                self.rnd[late] = r
+                self._start_iteration(late, self.arrive[late] + (self.ps_s if late_apply else 0.0))
+            if close >= end:
+                self._finish(members[on & (arrive < end)])
+                return
+            candidates = members[on]
+            winners = candidates[np.argsort(on_arrivals, kind="stable")[:quorum]]
+            self._finish(winners)
+            t = close + self.ps_s
+            log.one(t, float(self.cur_batch[winners].sum()), self.start[winners])
+            self.round[g] += 1
+            self.rnd[winners] = self.round[g]
+            self._start_iteration(winners, np.full(len(winners), t))
+
+    def _run_singles(self, members: np.ndarray, end: float, log: _UpdateLog, apply: bool = True) -> None:
+        if self.plan.staleness_bound is not None and apply:
+            self._run_ssp(members, end, log)
+            return
+        while len(members):
+            self._resolve_refused(members, end)
+            due = members[self.arrive[members] < end]
+            if len(due) == 0:
+                return
+            self._finish(due)
+            t = self.arrive[due] + self.ps_s
+            if apply:
+                log.many(t, self.cur_batch[due], self.start[due])
+            else:
+                self.counters["refused"] += len(due)
+            self._start_iteration(due, t)
+            members = due
+
+    def _run_ssp(self, members: np.ndarray, end: float, log: _UpdateLog) -> None:
+        """One push at a time: a pull blocks while the worker is > bound pushes ahead of the slowest."""
+        bound = self.plan.staleness_bound
+        self._resolve_refused(members, end)
+        while True:
+            i = members[np.argmin(self.arrive[members])]
+            a = self.arrive[i]
+            if a >= end:
+                return
+            if self.stale[i]:
+                self._resolve_refused(np.array([i]), end)
+                continue
+            one = np.array([i])
+            self._finish(one)
+            t = a + self.ps_s
+            log.many(np.array([t]), self.cur_batch[one], self.start[one])
+            slowest = self.clock[members].min()
+            self.clock[i] += 1
+            if self.clock[i] - slowest > bound:
+                self.arrive[i] = np.inf
+            else:
+                self._start_iteration(one, np.array([t]))
+            new_slowest = self.clock[members].min()
+            if new_slowest > slowest:
+                blocked = members[np.isinf(self.arrive[members]) & (self.clock[members] - new_slowest <= bound)]
+                if len(blocked):
+                    self._start_iteration(blocked, np.full(len(blocked), t))
+
+    # ---- accounting -------------------------------------------------------------
+    def _account(self, log: _UpdateLog, end: float) -> None:
+        """Staleness and progress of this period's updates; evaluation points; TTA."""
+        if log.count:
+            times = np.concatenate(log.times)
+            order = np.argsort(times, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            v0 = self.history.size
+            self.history.extend(times[order])
+            owner = np.concatenate(log.owner)
+            at_pull = self.history.version_at(np.concatenate(log.starts))
+            stale = np.maximum(0, v0 + rank[owner] - at_pull)
+            weight = np.concatenate(log.weight)
+            mean_stale = np.bincount(rank[owner], weights=weight * stale, minlength=len(order)) / np.bincount(
+                rank[owner], weights=weight, minlength=len(order))
+            batch = np.concatenate(log.batch)[order]
+            cum = self.progress + np.cumsum(self.conv.progress(batch, mean_stale))
+            sorted_times = times[order]
+            if self.first_update_s is None:
+                self.first_update_s = float(sorted_times[0])
+        else:
+            cum = np.array([self.progress])
+            sorted_times = np.array([-np.inf])
+            v0 = self.history.size
+        if self.first_update_s is None:
+            return
+        ep = self.config.convergence.eval_period_s
+        if ep > 0:
+            while self.first_update_s + self.next_eval_k * ep < end:
+                tick = self.first_update_s + self.next_eval_k * ep
+                j = int(np.searchsorted(sorted_times, tick, side="right")) - 1
+                p = float(cum[j]) if j >= 0 and log.count else self.progress
+                version = v0 + j + 1 if log.count else v0
+                self.curve.append((round(tick - self.first_update_s, 6), version, float(self.conv.metric(p))))
+                self.next_eval_k += 1
+                if self.tta_s is None and self.conv.reached(p):
+                    self.tta_s, self.tta_updates = tick - self.first_update_s, version
+        elif log.count:
+            hit = np.flatnonzero(cum >= self.config.convergence.updates_to_target - 1e-9)
+            if self.tta_s is None and len(hit):
+                self.tta_s = float(sorted_times[hit[0]]) - self.first_update_s
+                self.tta_updates = v0 + int(hit[0]) + 1
+            self.curve.append((round(end - self.first_update_s, 6), self.history.size, float(self.conv.metric(cum[-1]))))
+        if log.count:
+            self.progress = float(cum[-1])
+
+    # ---- the coordinator's step -------------------------------------------------
+    def _decide(self, period: int, now: float, log: _UpdateLog) -> None:
+        tick = time.perf_counter()
+        summaries = self.book.summaries(now, self.amp)
+        if not summaries:
+            return
+        decision = self.controller.decide(period, self.plan, summaries, self.config.convergence.b_noise)
+        self.controller_s += time.perf_counter() - tick
+        for event in decision.events:
+            self.counts[event["kind"]] = self.counts.get(event["kind"], 0) + 1
+            self.events.append({"t": round(now, 4), **event})
+        for worker, on in decision.amp.items():
+            self.amp[worker] = on
+        for worker, size in decision.batch_sizes.items():
+            self.batch[worker] = size
+        if decision.plan is not None:
+            self._switch(decision.plan, now, log)
+            self.counts["plan"] = self.counts.get("plan", 0) + 1
+            self.events.append({"t": round(now, 4), "kind": "plan", "epoch": decision.plan.epoch,
+                                "mode": decision.plan.label, "plan": decision.plan.describe()})
+
+    def run(self) -> SimResult:
+        c = self.config
+        wall = time.perf_counter()
+        period_s = self.control.decision_period_s
+        now, period, reason = 0.0, 0, "max_iterations"
+        log = _UpdateLog()
+        while True:
+            end = now + period_s
+            for g, (members, quorum) in enumerate(self.sync_groups):
+                if quorum == len(members):
+                    self._run_sync(g, members, end, log)
+                else:
+                    self._run_kofn(g, members, quorum, end, log)
+            self._run_singles(self.singles, end, log)
+            self._run_singles(self.outsiders, end, log, apply=False)
+            now = end
+            self._account(log, end)
+            if c.stop_at_target and self.tta_s is not None:
+                reason = "target_reached"
+                break
+            if self.iters.max() >= c.iterations:
+                break
+            if now >= c.max_time_s:
+                reason = "max_time"
+                break
+            log = _UpdateLog()  # a plan switch's flushed rounds belong to the next period
+            self._decide(period, now, log)
+            period += 1
+        self.decisions = period
+        return self._result(reason, time.perf_counter() - wall, now)
+
+    def _result(self, reason: str, wall_s: float, now: float) -> SimResult:
+        c = self.config
+        reached = self.tta_s is not None
+        updates = self.tta_updates if reached and c.stop_at_target else self.history.size
+        final_metric = self.curve[-1][2] if self.curve else float(self.conv.metric(self.progress))
+        result = {
+            "task": "sim",
+            "mode": c.plan.mode,
+            "workers": c.workers,
+            "reached": reached,
+            "tta_s": None if self.tta_s is None else round(self.tta_s, 4),
+            "final_metric": round(final_metric, 6),
+            "iterations": int(self.iters.max()),
+            "updates": int(updates),
+            "progress": round(self.progress, 4),
+            "sim_s": round(now, 4),
+            "reason": reason,
+            "straggler_detections": self.counts.get("straggler_detected", 0),
+            "plan_switches": self.counts.get("plan", 0),
+            "amp_toggles": self.counts.get("amp", 0),
+            "batch_changes": self.counts.get("batch_sizes", 0),
+            "late_applied": self.counters["late_applied"],
+            "dropped_late": self.counters["dropped_late"],
+            "refused_pushes": self.counters["refused"],
+            "final_plan": self.plan.describe() if len(self.plan.workers) <= 64 else f"{self.plan.label} epoch={self.plan.epoch}",
+            "decisions": self.decisions,
+            "controller_s": round(self.controller_s, 4),
+            "wall_s": round(wall_s, 4),
+        }
+        return SimResult(result, self.curve, self.events)
+
+
+def simulate(config: SimConfig, trace: Trace | None = None) -> SimResult:
+    return Simulation(config, trace).run()

@@ -1,0 +1,124 @@
+"""Seeded synthetic straggler scenarios as star.traces.Trace objects, and 10 -> N stretching.
+
+Every generator takes (workers, iterations, seed) and returns a Trace whose rows are
+step changes (a factor holds until the worker's next row, as star.traces replays
+them), so a scenario with 1,000 workers stays small. Write one out with
+`star.traces.write_simple_csv` to replay it in a real `star launch`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from star.traces import Trace
+
+SCENARIOS = ("static", "transient", "rotating", "heavy_tail", "contention")
+
+
+def _trace(rows: list[tuple[int, int, float]], workers: int, iterations: int, name: str) -> Trace:
+    """Every worker gets a row at 0 and one at `iterations` (so the span is the run's length)."""
+    have = {(it, w) for it, w, _ in rows}
+    rows = list(rows)
+    rows += [(0, w, 1.0) for w in range(workers) if (0, w) not in have]
+    last: dict[int, float] = {}
+    for it, w, f in sorted(rows):
+        last[w] = f
+    rows += [(iterations, w, last[w]) for w in range(workers) if (iterations, w) not in have]
+    return Trace.from_rows(rows, source=name)
+
+
+def static(workers: int, iterations: int, seed: int = 0, spread: float = 0.5) -> Trace:
+    """Static heterogeneity: each worker a fixed factor drawn from [1, 1 + spread]."""
+    rng = np.random.default_rng(seed)
+    factors = 1.0 + spread * rng.random(workers)
+    return _trace([(0, w, float(f)) for w, f in enumerate(factors)], workers, iterations, "static")
+
+
+def transient(workers: int, iterations: int, seed: int = 0, factor: float = 3.0, start_frac: float = 0.25,
+              end_frac: float = 0.75, worker: int | None = None) -> Trace:
+    """One straggler, `factor`x slower for the middle of the run (worker drawn from the seed if None)."""
+    rng = np.random.default_rng(seed)
+    w = int(rng.integers(workers)) if worker is None else worker
+    start, end = int(iterations * start_frac), int(iterations * end_frac)
+    return _trace([(0, w, 1.0), (start, w, factor), (end, w, 1.0)], workers, iterations, "transient")
+
+
+def rotating(workers: int, iterations: int, seed: int = 0, factor: float = 3.0, period: int = 100,
+             slow_fraction: float = 0.1) -> Trace:
+    """Every `period` iterations a fresh random set of stragglers (slow_fraction of the workers)."""
+    rng = np.random.default_rng(seed)
+    count = max(1, int(round(workers * slow_fraction)))
+    state = np.ones(workers)
+    rows = [(0, w, 1.0) for w in range(workers)]
+    for start in range(0, iterations, period):
+        new = np.ones(workers)
+        new[rng.choice(workers, count, replace=False)] = factor
+        rows += [(start, int(w), float(new[w])) for w in np.flatnonzero(new != state) if start > 0]
+        if start == 0:
+            rows = [(0, w, float(new[w])) for w in range(workers)]
+        state = new
+    return _trace(rows, workers, iterations, "rotating")
+
+
+def heavy_tail(workers: int, iterations: int, seed: int = 0, alpha: float = 2.5, block: int = 10,
+               cap: float = 20.0) -> Trace:
+    """Per-worker Pareto noise: a new factor 1 + Pareto(alpha)/10 (capped) every `block` iterations."""
+    rng = np.random.default_rng(seed)
+    starts = np.arange(0, iterations, block)
+    factors = np.minimum(1.0 + rng.pareto(alpha, (workers, len(starts))) / 10.0, cap)
+    rows = [(int(s), w, float(factors[w, j])) for w in range(workers) for j, s in enumerate(starts)]
+    return _trace(rows, workers, iterations, "heavy_tail")
+
+
+def contention(workers: int, iterations: int, seed: int = 0, hosts: int = 4, bursts: int = 5,
+               length: int = 50, factor: float = 2.0) -> Trace:
+    """Contention bursts: workers share `hosts` hosts (w mod hosts); a burst slows a whole host."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(bursts):
+        host = int(rng.integers(hosts))
+        start = int(rng.integers(max(1, iterations - length)))
+        for w in range(host, workers, hosts):
+            rows += [(start, w, factor), (start + length, w, 1.0)]
+    merged: dict[tuple[int, int], float] = {}
+    for it, w, f in sorted(rows):
+        merged[(it, w)] = max(f, merged.get((it, w), 0.0)) if f > 1 else merged.get((it, w), f)
+    return _trace([(it, w, f) for (it, w), f in merged.items()], workers, iterations, "contention")
+
+
+def generate(scenario: str, workers: int, iterations: int, seed: int = 0) -> Trace:
+    """A named scenario with its default parameters."""
+    makers = {"static": static, "transient": transient, "rotating": rotating, "heavy_tail": heavy_tail,
+              "contention": contention}
+    if scenario not in makers:
+        raise ValueError(f"scenario={scenario!r} is not one of {', '.join(SCENARIOS)}")
+    return makers[scenario](workers, iterations, seed)
+
+
+def stretch_workers(trace: Trace, workers: int, seed: int = 0) -> Trace:
+    """N workers from a smaller trace: run worker i replays source worker i mod n, rotated by a
+    seeded phase shift (so copies of one source worker do not straggle in lockstep).
+
+    Replay wraps at the trace span, so a rotated worker's factor at iteration i is the
+    source's factor at (i + shift) mod span; the first n workers replay the source exactly.
+    """
+    sources = trace.workers
+    span = trace.max_iteration
+    rng = np.random.default_rng(seed)
+    phases = rng.integers(0, span, workers)
+    phases[: len(sources)] = 0
+    rows: list[tuple[int, int, float]] = []
+    for w in range(workers):
+        pairs = [(it, f) for it, f in trace.steps[sources[w % len(sources)]] if it < span] or [(0, 1.0)]
+        shift = int(phases[w])
+        its = [it for it, _ in pairs]
+
+        def factor_at(i: int) -> float:
+            return pairs[max(int(np.searchsorted(its, i, side="right")) - 1, 0)][1]
+
+        moved = {0: factor_at(shift)}
+        for it, f in pairs:
+            moved.setdefault((it - shift) % span, f)
+        moved[span] = factor_at((span - 1 + shift) % span)
+        rows += [(it, w, f) for it, f in moved.items()]
+    return Trace.from_rows(rows, source=f"{trace.source} x{workers}")

@@ -1,0 +1,165 @@
+"""The simulator: closed-form round times, agreement with the Aggregator, the real policies, traces."""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+import pytest
+
+from star.aggregate import Aggregator
+from star.plan import plan_for_mode
+from star.sim import Simulation, sim_config, simulate
+from star.sim import generators
+from star.sim.replay import FactorTable
+from star.traces import Trace
+
+BASE_S = 0.1
+STATIC = (1.0, 1.5, 2.0, 1.2)
+
+
+def static_trace(factors=STATIC) -> Trace:
+    return Trace.from_rows([(0, w, f) for w, f in enumerate(factors)] + [(1000, w, f) for w, f in enumerate(factors)])
+
+
+def config(mode: str = "ssgd", workers: int = 4, **extra):
+    data = {
+        "workers": workers, "iterations": 200, "stop_at_target": False, "plan": {"mode": mode},
+        "cost": {"base_compute_s": BASE_S, "model_bytes": 1.0, "bandwidth_bytes_per_s": 1e15},
+        "convergence": {"updates_to_target": 1e6, "eval_period_s": 0.0},
+    }
+    for key, value in extra.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    return sim_config(data)
+
+
+def update_times(sim: Simulation) -> np.ndarray:
+    return sim.history._data[: sim.history.size]
+
+
+def run(cfg, trace) -> Simulation:
+    sim = Simulation(cfg, trace)
+    sim.run()
+    return sim
+
+
+def test_same_seed_gives_the_same_result_and_another_seed_does_not():
+    cfg = config("auto", cost={"compute_noise_cv": 0.1}, convergence={"updates_to_target": 80.0, "eval_period_s": 0.5},
+                 stop_at_target=True)
+    trace = generators.transient(4, 200, seed=0, worker=3)
+    a, b = simulate(cfg, trace), simulate(cfg, trace)
+    assert {k: v for k, v in a.result.items() if k not in ("wall_s", "controller_s")} == \
+        {k: v for k, v in b.result.items() if k not in ("wall_s", "controller_s")}
+    assert a.curve == b.curve
+    other = simulate(sim_config({**_as_dict(cfg), "seed": 1}), trace)
+    assert other.curve != a.curve
+
+
+def _as_dict(cfg):
+    import dataclasses
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if v is not None}
+
+
+def test_ssgd_round_time_is_the_slowest_workers_iteration_time():
+    times = update_times(run(config("ssgd"), static_trace()))
+    assert np.allclose(np.diff(times[:50]), BASE_S * max(STATIC))
+
+
+def test_asgd_update_rate_is_the_sum_of_worker_rates():
+    sim = run(config("asgd", iterations=400), static_trace())
+    times = update_times(sim)
+    horizon = 30.0
+    rate = np.count_nonzero(times <= horizon) / horizon
+    assert rate == pytest.approx(sum(1 / (BASE_S * f) for f in STATIC), rel=0.02)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_k_of_n_round_time_is_the_k_th_fastest_iteration_time(k):
+    cfg = config("kofn", plan={"mode": "kofn", "k": k, "late_policy": "drop"})
+    times = update_times(run(cfg, static_trace()))
+    assert np.allclose(np.diff(times[5:40]), BASE_S * sorted(STATIC)[k - 1])
+
+
+def aggregator_update_times(plan, iteration_s: list[float], count: int) -> list[float]:
+    """Reference: the real Aggregator driven event by event with fixed per-worker iteration times."""
+    agg = Aggregator(plan)
+    heap, seq, applied = [], 0, []
+    for w in range(len(iteration_s)):
+        assert agg.pull(w).ready
+        heapq.heappush(heap, (iteration_s[w], seq, w))
+        seq += 1
+    while len(applied) < count:
+        now, _, w = heapq.heappop(heap)
+        effects = agg.push(w, plan.epoch).effects
+        applied.extend(now for _ in effects.applies)
+        ready = list(effects.released) + ([w] if agg.pull(w).ready else [])
+        for r in ready:
+            heapq.heappush(heap, (now + iteration_s[r], seq, r))
+            seq += 1
+    return applied[:count]
+
+
+@pytest.mark.parametrize("mode,extra", [("ssgd", {}), ("asgd", {}), ("kofn", {"k": 3}), ("kofn", {"k": 2}),
+                                         ("grouped", {}), ("ssp", {"staleness": 1})])
+def test_simulator_applies_updates_when_the_aggregator_does(mode, extra):
+    plan = plan_for_mode(mode, 4, epoch=1, **{k: v for k, v in extra.items() if k in ("k", "staleness")})
+    expected = aggregator_update_times(plan, [BASE_S * f for f in STATIC], 40)
+    sim = run(config(mode, plan={"mode": mode, **extra}), static_trace())
+    assert np.allclose(update_times(sim)[:40], expected)
+
+
+def test_exclude_switches_a_mid_run_straggler_out_and_back_in():
+    trace = generators.transient(4, 300, worker=2, factor=4.0, start_frac=0.1, end_frac=0.3)
+    result = simulate(config("exclude", iterations=300), trace)
+    kinds = [e["kind"] for e in result.events]
+    assert result.result["plan_switches"] == 2
+    assert kinds.index("straggler_detected") < kinds.index("straggler_recovered")
+    plans = [e for e in result.events if e["kind"] == "plan"]
+    assert plans[0]["mode"] == "exclude" and plans[1]["mode"] == "ssgd"
+
+
+def test_amp_strategy_switches_amp_on_for_the_straggler_and_it_speeds_up():
+    trace = generators.transient(4, 300, worker=1, factor=3.0, start_frac=0.1, end_frac=0.9)
+    sim = Simulation(config("amp", iterations=150, cost={"amp_time_factor": 0.5}), trace)
+    result = sim.run()
+    amp = [e for e in result.events if e["kind"] == "amp"]
+    assert amp and amp[0]["worker"] == 1 and amp[0]["amp"] is True
+    assert sim.amp[1] and not sim.amp[[0, 2, 3]].any()
+    baseline = simulate(config("ssgd", iterations=150), trace)
+    assert result.result["sim_s"] < baseline.result["sim_s"]
+
+
+@pytest.mark.parametrize("scenario", generators.SCENARIOS)
+def test_generators_are_deterministic_per_seed_and_have_the_requested_shape(scenario):
+    a = generators.generate(scenario, 12, 500, seed=3)
+    assert a.rows() == generators.generate(scenario, 12, 500, seed=3).rows()
+    assert a.workers == tuple(range(12)) and a.max_iteration == 500
+    assert all(r.factor >= 1.0 for r in a.rows())
+    if scenario != "transient":  # transient with another seed may pick the same worker
+        assert a.rows() != generators.generate(scenario, 12, 500, seed=4).rows()
+
+
+@pytest.mark.parametrize("workers", [10, 37, 1000])
+def test_stretching_ten_workers_replays_each_source_worker_rotated(workers):
+    source = generators.heavy_tail(10, 200, seed=1)
+    big = generators.stretch_workers(source, workers, seed=2)
+    assert big.workers == tuple(range(workers)) and big.max_iteration == 200
+    assert big.rows() == generators.stretch_workers(source, workers, seed=2).rows()
+    src = source.for_run_workers(10)
+    for w in (0, 9, workers - 1):
+        replay = big.slowdown_for(w, workers)
+        values = [replay.factor_at(i) for i in range(200)]
+        original = [src[w % 10].factor_at(i) for i in range(200)]
+        assert any(values == original[s:] + original[:s] for s in range(200))
+        if w < 10:
+            assert values == original
+
+
+def test_factor_table_matches_the_trace_replay_rules():
+    trace = generators.rotating(6, 300, seed=5, period=7)
+    table = FactorTable(trace, 4, trace_workers="5,3,1,0", stretch=0.3)
+    schedules = trace.for_run_workers(4, "5,3,1,0", 0.3)
+    workers = np.repeat(np.arange(4), 400)
+    iterations = np.tile(np.arange(400), 4)
+    expected = [schedules[w].factor_at(int(i)) for w, i in zip(workers, iterations)]
+    assert table.factors(workers, iterations).tolist() == expected
