@@ -12,6 +12,8 @@ import heapq
 from dataclasses import dataclass
 from typing import Mapping
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class BatchConfig:
@@ -46,17 +48,49 @@ def solve_batch_sizes(
             f"global_batch={global_batch} cannot be split over {len(workers)} workers within [{min_batch}, {upper}]"
         )
     fixed = fixed_s or {}
-    sizes = {w: min_batch for w in workers}
-    heap = [(fixed.get(w, 0.0) + (min_batch + 1) * per_sample_s[w], w) for w in workers]
+    sizes = _bulk_sizes(workers, per_sample_s, fixed, global_batch - min_batch * len(workers), min_batch, upper)
+    heap = [(fixed.get(w, 0.0) + (sizes[w] + 1) * per_sample_s[w], w) for w in workers if sizes[w] < upper]
     heapq.heapify(heap)
-    for _ in range(global_batch - min_batch * len(workers)):
-        while True:
-            _, w = heapq.heappop(heap)
-            if sizes[w] < upper:
-                break
+    for _ in range(global_batch - sum(sizes.values())):
+        _, w = heapq.heappop(heap)
         sizes[w] += 1
         if sizes[w] < upper:
             heapq.heappush(heap, (fixed.get(w, 0.0) + (sizes[w] + 1) * per_sample_s[w], w))
+    return sizes
+
+
+def _bulk_sizes(workers: list[int], per_sample_s: Mapping[int, float], fixed: Mapping[int, float], remaining: int,
+                min_batch: int, upper: int) -> dict[int, int]:
+    """Hand out at once every sample the one-at-a-time greedy would give before its finishing
+    time reaches a threshold T, leaving at most ~2 per worker to the exact heap, so the result is
+    the same as handing out every sample by heap, in O(N log) instead of O(B log N) steps."""
+    s = np.array([per_sample_s[w] for w in workers])
+    c = np.array([fixed.get(w, 0.0) for w in workers])
+    span = upper - min_batch
+
+    def approx_count(threshold: float) -> int:
+        return int(np.clip(np.floor((threshold - c) / s) - min_batch, 0, span).sum())
+
+    low, high = float((c + min_batch * s).min()), float((c + upper * s).max())
+    budget = remaining - len(workers)  # headroom for the exact check moving each worker by one
+    if budget <= 0 or approx_count(high) <= budget:
+        low = float((c + min_batch * s).min())  # nothing to gain in bulk
+    else:
+        for _ in range(64):
+            middle = (low + high) / 2
+            if approx_count(middle) <= budget:
+                low = middle
+            else:
+                high = middle
+    sizes = {}
+    for w, s_w, c_w in zip(workers, s.tolist(), c.tolist()):
+        # Exactly the samples whose finishing time (same float expression as the heap) is < low.
+        k = min(upper, max(min_batch, int((low - c_w) / s_w)))
+        while k > min_batch and c_w + k * s_w >= low:
+            k -= 1
+        while k < upper and c_w + (k + 1) * s_w < low:
+            k += 1
+        sizes[w] = k
     return sizes
 
 

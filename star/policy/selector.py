@@ -59,15 +59,19 @@ def _efficiency(batch: float, full_batch: float, b_noise: float) -> float:
 def estimate(plan: SyncPlan, iter_time_s: Mapping[int, float], batch: Mapping[int, int], b_noise: float, penalty: float) -> Estimate:
     """Seconds per SSGD-equivalent step of progress under `plan` (see the module docstring)."""
     n = plan.total_workers
-    full_batch = sum(batch[w] for w in plan.workers)
+    full_batch = sum(batch[w] for group in plan.groups for w in group)
     rounds: list[tuple[float, int, float]] = []  # (updates/s, gradients per update, batch per update)
+    apply_late = plan.late_policy is LatePolicy.APPLY
     for group, quorum in zip(plan.groups, plan.quorum):
-        ordered = sorted(group, key=lambda w: iter_time_s[w])
-        on_time, late = ordered[:quorum], ordered[quorum:]
-        round_s = iter_time_s[on_time[-1]]
-        rounds.append((1.0 / round_s, quorum, float(sum(batch[w] for w in on_time))))
-        if plan.late_policy is LatePolicy.APPLY:
-            rounds.extend((1.0 / iter_time_s[w], 1, float(batch[w])) for w in late)
+        if len(group) == 1:  # the common case at scale (ASGD, excluded workers): no sort
+            w = group[0]
+            rounds.append((1.0 / iter_time_s[w], 1, float(batch[w])))
+            continue
+        ordered = sorted(group, key=iter_time_s.__getitem__)
+        on_time = ordered[:quorum]
+        rounds.append((1.0 / iter_time_s[on_time[-1]], quorum, float(sum(batch[w] for w in on_time))))
+        if apply_late:
+            rounds.extend((1.0 / iter_time_s[w], 1, float(batch[w])) for w in ordered[quorum:])
     updates_per_s = sum(rate for rate, _, _ in rounds)
     gradients_per_s = sum(rate * count for rate, count, _ in rounds)
     weighted_eff = weighted_stale = 0.0
@@ -90,7 +94,7 @@ def candidate_plans(workers: Sequence[int], stragglers: frozenset[int], iter_tim
         plans.append(ssgd(workers))
     if n >= 2:
         if "kofn" in modes:
-            plans.extend(kofn(workers, k) for k in range(max(1, (n + 1) // 2), n))
+            plans.extend(kofn(workers, k) for k in kofn_quorums(n, len(stragglers)))
         if "grouped" in modes:
             ordered = sorted(workers, key=lambda w: (iter_time_s[w], w))
             cuts = range(1, n) if n <= 16 else sorted({round(n * f / 8) for f in range(1, 8)})
@@ -100,6 +104,19 @@ def candidate_plans(workers: Sequence[int], stragglers: frozenset[int], iter_tim
         if "asgd" in modes:
             plans.append(asgd(workers))
     return plans
+
+
+def kofn_quorums(n: int, stragglers: int) -> list[int]:
+    """Useful k for k-of-N: every k from N/2 to N-1 for small N; for large N (where scoring
+    hundreds of candidates each decision would cost seconds) eight evenly spaced k, N-1,
+    and N minus the detected stragglers."""
+    lowest = max(1, (n + 1) // 2)
+    if n <= 16:
+        return list(range(lowest, n))
+    ks = {min(n - 1, max(lowest, round(n * f / 16))) for f in range(8, 16)} | {n - 1}
+    if 0 < stragglers <= n - lowest:
+        ks.add(n - stragglers)
+    return sorted(ks)
 
 
 def same_shape(a: SyncPlan, b: SyncPlan) -> bool:

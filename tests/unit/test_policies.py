@@ -279,3 +279,47 @@ def test_a_lost_worker_that_reports_again_rejoins_the_plan(strategy):
     assert back.lost == frozenset() and back.plan is not None
     assert back.plan.workers == (0, 1, 2, 3) and back.plan.epoch == gone.plan.epoch + 1
     assert any(e["kind"] == "worker_rejoined" and e["worker"] == 2 for e in back.events)
+
+
+def _one_sample_at_a_time(per_sample, global_batch, fixed, min_batch, upper):
+    """Reference: the plain greedy, one sample at a time to the worker whose time grows least."""
+    import heapq
+
+    sizes = {w: min_batch for w in per_sample}
+    heap = [(fixed.get(w, 0.0) + (min_batch + 1) * per_sample[w], w) for w in sorted(per_sample)]
+    heapq.heapify(heap)
+    for _ in range(global_batch - min_batch * len(per_sample)):
+        while True:
+            _, w = heapq.heappop(heap)
+            if sizes[w] < upper:
+                break
+        sizes[w] += 1
+        if sizes[w] < upper:
+            heapq.heappush(heap, (fixed.get(w, 0.0) + (sizes[w] + 1) * per_sample[w], w))
+    return sizes
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_bulk_batch_allocation_equals_one_sample_at_a_time(seed):
+    import random
+
+    rng = random.Random(seed)
+    n = rng.randint(1, 40)
+    per_sample = {w: rng.choice([1e-3, 2e-3, 3e-3, rng.uniform(1e-4, 1e-2)]) for w in range(n)}
+    fixed = {w: rng.choice([0.0, 0.01, rng.uniform(0, 0.05)]) for w in range(n)}
+    min_batch, base = rng.randint(0, 3), rng.randint(4, 64)
+    upper = max(min_batch + 1, int(base * rng.choice([1.5, 2.0, 4.0])))
+    sizes = solve_batch_sizes(per_sample, base * n, fixed_s=fixed, min_batch=min_batch, max_batch=upper)
+    assert sizes == _one_sample_at_a_time(per_sample, base * n, fixed, min_batch, upper)
+
+
+@pytest.mark.parametrize("n, stragglers, expected", [
+    (4, 0, [2, 3]),
+    (16, 0, list(range(8, 16))),
+    (1000, 0, [500, 562, 625, 688, 750, 812, 875, 938, 999]),
+    (1000, 3, [500, 562, 625, 688, 750, 812, 875, 938, 997, 999]),
+])
+def test_kofn_candidates_are_all_k_for_small_n_and_a_few_for_large_n(n, stragglers, expected):
+    from star.policy.selector import kofn_quorums
+
+    assert kofn_quorums(n, stragglers) == expected
