@@ -13,13 +13,13 @@ import asyncio
 import logging
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 import torch
 
 from star.aggregate import Aggregator, Effects, PushRejected, RejectCode
-from star.config import OptimizerConfig
+from star.config import ConfigError, OptimizerConfig, SecurityConfig
 from star.flat import MAX_CHUNK_BYTES, WIRE_DTYPE, ChunkAssembler, FlatError, ShardRange, shard_ranges, tensor_chunks
 from star.logs import log
 from star.optim import build_optimizer
@@ -27,7 +27,18 @@ from star.plan import PlanError
 from star.policy.noise import NoiseAccumulator
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import CHANNEL_OPTIONS, plan_from_proto, tune_malloc, write_ready_file
+from star.rpc.common import (
+    CHANNEL_OPTIONS,
+    MAX_BATCH_SIZE,
+    MAX_EPOCH,
+    MAX_LABEL_CHARS,
+    max_stream_chunks,
+    plan_from_proto,
+    tune_malloc,
+    address,
+    write_ready_file,
+)
+from star.rpc.security import Credentials
 
 logger = logging.getLogger("ps")
 
@@ -48,6 +59,20 @@ class PSConfig:
     optimizer: OptimizerConfig = OptimizerConfig(name="sgd", lr=0.1, momentum=0.9)
     nonfinite: str = "reject"  # NaN/Inf gradients: reject (INVALID_ARGUMENT) | skip (counted, dropped)
     threads: int = 1  # torch intra-op threads
+    max_workers: int = 65536  # worker ids this PS accepts: 0..max_workers-1 (bounds per-worker state)
+    max_model_bytes: int = 16 * 1024**3  # largest flat model (float32, all shards) a Register/Init may declare
+    stream_idle_timeout_s: float = 30.0  # a Push/Init stream silent this long is refused (frees its buffer)
+    security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.ps_index < max(self.num_ps, 1):
+            raise ConfigError("ps_index", self.ps_index, f"must be in 0..num_ps-1 (num_ps={self.num_ps})")
+        if self.max_workers < 1:
+            raise ConfigError("max_workers", self.max_workers, "must be >= 1")
+        if self.max_model_bytes < 4:
+            raise ConfigError("max_model_bytes", self.max_model_bytes, "must be >= 4")
+        if not self.stream_idle_timeout_s > 0:
+            raise ConfigError("stream_idle_timeout_s", self.stream_idle_timeout_s, "must be > 0")
 
 
 def all_finite(tensor: torch.Tensor) -> bool:
@@ -114,6 +139,49 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             raise _Rejected(grpc.StatusCode.FAILED_PRECONDITION, "not_initialized", "parameter server not initialised: send Init first")
         return self.shard
 
+    def _check_worker_id(self, worker_id: int) -> None:
+        if worker_id >= self.config.max_workers:
+            raise _Rejected(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "bad_worker_id",
+                f"worker_id {worker_id} is outside 0..{self.config.max_workers - 1} (this PS's max_workers)",
+            )
+
+    def _check_total_numel(self, total_numel: int) -> None:
+        limit = self.config.max_model_bytes // 4
+        if not 1 <= total_numel <= limit:
+            raise _Rejected(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "bad_total_numel",
+                f"total_numel {total_numel} is outside 1..{limit} (max_model_bytes={self.config.max_model_bytes})",
+            )
+
+    async def _messages(self, request_iterator, what: str):
+        """The client stream's messages; a stream that goes silent for stream_idle_timeout_s is refused."""
+        iterator = request_iterator.__aiter__()
+        timeout_s = self.config.stream_idle_timeout_s
+        while True:
+            try:
+                message = await asyncio.wait_for(iterator.__anext__(), timeout_s)
+            except StopAsyncIteration:
+                return
+            except asyncio.TimeoutError:
+                raise _Rejected(
+                    grpc.StatusCode.DEADLINE_EXCEEDED, "idle_stream", f"{what} stream sent nothing for {timeout_s} s (stream_idle_timeout_s)"
+                ) from None
+            yield message
+
+    @staticmethod
+    def _count_chunk(count: int, numel: int, what: str) -> int:
+        limit = max_stream_chunks(numel)
+        if count + 1 > limit:
+            raise _Rejected(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "too_many_chunks",
+                f"{what} stream sent more than {limit} chunks for {numel} elements (chunks must average >= 128 KiB)",
+            )
+        return count + 1
+
     async def _reject(self, context: grpc.aio.ServicerContext, error: _Rejected) -> None:
         self.rejected[error.reason] = self.rejected.get(error.reason, 0) + 1
         log(logger, logging.DEBUG, "rejected", reason=error.reason, detail=error.message)
@@ -146,15 +214,18 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
 
     # ---- RPCs ------------------------------------------------------------------
     async def Register(self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext) -> pb.RegisterReply:
-        if self.total_numel is not None and request.total_numel != self.total_numel:
-            await self._reject(
-                context,
-                _Rejected(
+        try:
+            self._check_worker_id(request.worker_id)
+            self._check_total_numel(request.total_numel)
+            if self.total_numel is not None and request.total_numel != self.total_numel:
+                raise _Rejected(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     "layout_mismatch",
                     f"total_numel {request.total_numel} does not match this job's model ({self.total_numel} elements)",
-                ),
-            )
+                )
+        except _Rejected as error:
+            await self._reject(context, error)
+            raise
         self.registered.add(request.worker_id)
         reply = pb.RegisterReply(initialized=self.shard is not None, ps_index=self.config.ps_index, num_ps=self.config.num_ps)
         if self.shard is not None:
@@ -164,12 +235,13 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
 
     async def Init(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.InitReply:
         try:
-            header, shard_range, assembler = None, None, None
-            async for message in request_iterator:
+            header, shard_range, assembler, chunks = None, None, None, 0
+            async for message in self._messages(request_iterator, "Init"):
                 if message.HasField("header"):
                     if header is not None:
                         raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream has two headers")
                     header = message.header
+                    self._check_total_numel(header.total_numel)
                     if header.dtype != WIRE_DTYPE:
                         raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_dtype", f"dtype {header.dtype!r} is not {WIRE_DTYPE}")
                     if self.total_numel is not None and header.total_numel != self.total_numel:
@@ -186,6 +258,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
                 elif assembler is None:
                     raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream must start with a header")
                 else:
+                    chunks = self._count_chunk(chunks, assembler.numel, "Init")
                     self._add_chunk(assembler, message.chunk)
             if assembler is None or header is None or shard_range is None:
                 raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream had no header")
@@ -244,12 +317,13 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
 
     async def _receive_push(self, request_iterator) -> tuple[pb.PushHeader, torch.Tensor]:
         shard = self._require_shard()
-        header, assembler = None, None
-        async for message in request_iterator:
+        header, assembler, chunks = None, None, 0
+        async for message in self._messages(request_iterator, "Push"):
             if message.HasField("header"):
                 if header is not None:
                     raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream has two headers")
                 header = message.header
+                self._check_worker_id(header.worker_id)
                 if header.worker_id not in self.registered:
                     raise _Rejected(
                         grpc.StatusCode.NOT_FOUND, "unknown_worker", f"unknown worker {header.worker_id}: call Register first"
@@ -264,22 +338,30 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
                         "bad_length",
                         f"numel {header.numel} does not match this shard's length {shard.range.numel}",
                     )
+                if header.batch_size > MAX_BATCH_SIZE:
+                    raise _Rejected(
+                        grpc.StatusCode.INVALID_ARGUMENT, "bad_batch_size", f"batch_size {header.batch_size} exceeds {MAX_BATCH_SIZE}"
+                    )
                 assembler = ChunkAssembler(shard.range.numel)
             elif assembler is None:
                 raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream must start with a header")
             else:
+                chunks = self._count_chunk(chunks, shard.range.numel, "Push")
                 self._add_chunk(assembler, message.chunk)
         if header is None or assembler is None:
             raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream had no header")
         return header, self._finish(assembler)
 
     async def Pull(self, request: pb.PullRequest, context: grpc.aio.ServicerContext):
+        worker = request.worker_id
         try:
             shard = self._require_shard()
+            self._check_worker_id(worker)
+            if not request.observer and worker not in self.registered:
+                raise _Rejected(grpc.StatusCode.NOT_FOUND, "unknown_worker", f"unknown worker {worker}: call Register first")
         except _Rejected as error:
             await self._reject(context, error)
             raise
-        worker = request.worker_id
         if request.observer:
             view = self._pull_view()
         elif self.aggregator.pull(worker).ready:
@@ -313,9 +395,13 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
 
     async def ConfigurePlan(self, request: pb.Plan, context: grpc.aio.ServicerContext) -> pb.ConfigureReply:
         try:
+            self._check_plan_fields(request)
             plan = plan_from_proto(request)
         except PlanError as exc:
             await self._reject(context, _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: {exc}"))
+            raise
+        except _Rejected as error:
+            await self._reject(context, error)
             raise
         try:
             effects = self.aggregator.configure(plan)
@@ -329,6 +415,23 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         return pb.ConfigureReply(
             epoch=plan.epoch, version=self.aggregator.version, released=len(effects.released), flushed=len(effects.applies)
         )
+
+    def _check_plan_fields(self, request: pb.Plan) -> None:
+        """Bounds SyncPlan itself does not know: this PS's worker ids, epochs, label length."""
+        if request.epoch > MAX_EPOCH:
+            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: epoch {request.epoch} exceeds {MAX_EPOCH}")
+        if len(request.label) > MAX_LABEL_CHARS:
+            raise _Rejected(
+                grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: label of {len(request.label)} characters exceeds {MAX_LABEL_CHARS}"
+            )
+        for index, group in enumerate(request.groups):
+            too_big = [w for w in group.workers if w >= self.config.max_workers]
+            if too_big:
+                raise _Rejected(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "bad_plan",
+                    f"invalid plan: groups[{index}] has worker id {too_big[0]} outside 0..{self.config.max_workers - 1} (max_workers)",
+                )
 
     async def Stats(self, request: pb.StatsRequest, context: grpc.aio.ServicerContext) -> pb.PsStats:
         agg = self.aggregator
@@ -367,10 +470,11 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
     """Run until SIGINT/SIGTERM, then stop accepting RPCs and exit cleanly."""
     torch.set_num_threads(config.threads)
     tune_malloc()
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    credentials = Credentials.load(config.security)
+    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=credentials.server_interceptors(aio=True))
     servicer = ParameterServer(config)
     pb_grpc.add_ParameterServerServicer_to_server(servicer, server)
-    port = server.add_insecure_port(f"{config.host}:{config.port}")
+    port = credentials.add_port(server, address(config.host, config.port))
     if port == 0:
         raise SystemExit(f"ps{config.ps_index}: could not bind {config.host}:{config.port}")
     await server.start()
@@ -379,7 +483,8 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     write_ready_file(ready_file, port=port, role="ps", index=config.ps_index)
-    log(logger, logging.INFO, "serving", address=f"{config.host}:{port}", ps_index=config.ps_index, num_ps=config.num_ps)
+    log(logger, logging.INFO, "serving", address=address(config.host, port), ps_index=config.ps_index, num_ps=config.num_ps,
+        tls=credentials.cert_pem is not None, authenticated=credentials.token is not None)
     await stop.wait()
     log(logger, logging.INFO, "shutting down", **servicer.aggregator.accounting())
     await server.stop(grace=1.0)

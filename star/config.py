@@ -132,6 +132,33 @@ class TraceConfig:
 
 
 @dataclass(frozen=True)
+class SecurityConfig:
+    """Who may talk to a job's daemons. The job token itself never appears in a config or a flag."""
+
+    token_file: str | None = None  # file holding the job token; else the STAR_JOB_TOKEN environment variable
+    tls_cert_file: str | None = None  # PEM certificate this process serves, and presents to servers that want client certs
+    tls_key_file: str | None = None  # PEM private key of tls_cert_file
+    tls_ca_file: str | None = None  # PEM CA bundle: clients verify servers with it (TLS on when set); mTLS servers verify clients
+    tls_require_client_cert: bool = False  # mutual TLS: servers refuse clients without a certificate signed by tls_ca_file
+    tls_server_name: str | None = None  # name to check in servers' certificates instead of the dialled host
+
+    def __post_init__(self) -> None:
+        for name in ("token_file", "tls_cert_file", "tls_key_file", "tls_ca_file"):
+            path = getattr(self, name)
+            if path is not None:
+                _require(Path(path).is_file(), f"security.{name}", path, "no such file")
+        _require(
+            (self.tls_cert_file is None) == (self.tls_key_file is None),
+            "security.tls_key_file",
+            self.tls_key_file,
+            "tls_cert_file and tls_key_file go together",
+        )
+        if self.tls_require_client_cert:
+            _require(self.tls_ca_file is not None, "security.tls_ca_file", None, "tls_require_client_cert needs a CA to verify clients")
+            _require(self.tls_cert_file is not None, "security.tls_cert_file", None, "tls_require_client_cert needs a server certificate")
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """One training job as `star launch` runs it."""
 
@@ -152,6 +179,7 @@ class JobConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS (a token is generated when none is given)
 
     def __post_init__(self) -> None:
         _require(self.workers >= 1, "workers", self.workers, "must be >= 1")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import statistics
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import grpc
 
-from star.config import PlanConfig
+from star.config import PlanConfig, SecurityConfig
 from star.policy.controller import ControlConfig, Controller, WorkerSummary, for_strategy
 from star.policy.noise import noise_scale
 from star.evaluator import CurveWriter, EvalPoint, Evaluator, time_to_target
@@ -32,13 +33,61 @@ from star.logs import log
 from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import CHANNEL_OPTIONS, write_ready_file
+from star.rpc.common import CONTROL_CHANNEL_OPTIONS, MAX_BATCH_SIZE, MAX_LABEL_CHARS, address, write_ready_file
 from star.rpc.ps_client import PSClient
+from star.rpc.security import Credentials
 from star.tasks import get_task
 
 logger = logging.getLogger("coordinator")
 
 ABSURD_S = 3600.0  # a per-iteration time above an hour is a bug or a hostile report
+MAX_SLOWDOWN = 1e6  # a replayed trace factor beyond this is not a slowdown but a hostile report
+MAX_CPU_PERCENT = 1e6  # psutil reports up to 100 x cores
+
+
+def _worker_problem(worker_id: int, num_workers: int) -> str | None:
+    if worker_id >= num_workers:
+        return f"worker_id {worker_id} is outside this job's workers 0..{num_workers - 1}"
+    return None
+
+
+def join_problem(request: pb.JoinRequest, num_workers: int) -> str | None:
+    """Why a Join is refused (naming the field and value), or None."""
+    if problem := _worker_problem(request.worker_id, num_workers):
+        return problem
+    if len(request.host) > MAX_LABEL_CHARS:
+        return f"host of {len(request.host)} characters exceeds {MAX_LABEL_CHARS}"
+    if request.batch_size > MAX_BATCH_SIZE:
+        return f"batch_size {request.batch_size} exceeds {MAX_BATCH_SIZE}"
+    return None
+
+
+def report_problem(report: pb.IterationReport, num_workers: int) -> str | None:
+    """Why an IterationReport is refused, or None. Checked before the report touches the cluster view.
+
+    The loss is not checked: a NaN loss is a true report of a diverged worker.
+    """
+    if problem := _worker_problem(report.worker_id, num_workers):
+        return problem
+    for name in ("compute_s", "push_s", "pull_s"):
+        value = getattr(report, name)
+        if not (math.isfinite(value) and 0 <= value <= ABSURD_S):
+            return f"{name}={value!r} must be a finite number of seconds in [0, {ABSURD_S:g}]"
+    if not (math.isfinite(report.slowdown) and 0 <= report.slowdown <= MAX_SLOWDOWN):
+        return f"slowdown={report.slowdown!r} must be a finite factor in [0, {MAX_SLOWDOWN:g}]"
+    if not (math.isfinite(report.cpu_percent) and 0 <= report.cpu_percent <= MAX_CPU_PERCENT):
+        return f"cpu_percent={report.cpu_percent!r} must be finite and in [0, {MAX_CPU_PERCENT:g}]"
+    if report.batch_size > MAX_BATCH_SIZE:
+        return f"batch_size {report.batch_size} exceeds {MAX_BATCH_SIZE}"
+    return None
+
+
+def directives_problem(request: pb.SetDirectivesRequest, num_workers: int) -> str | None:
+    if problem := _worker_problem(request.worker_id, num_workers):
+        return problem
+    if request.directives.batch_size > MAX_BATCH_SIZE:
+        return f"directives.batch_size {request.directives.batch_size} exceeds {MAX_BATCH_SIZE}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -61,6 +110,7 @@ class CoordinatorConfig:
     report_window: int = 20  # per-worker reports kept for statistics
     batch_size: int | None = None  # the workers' even per-worker batch; default the task's
     control: ControlConfig = field(default_factory=ControlConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS (server and PS channels)
 
 
 class ClusterView:
@@ -164,17 +214,16 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         return directives
 
     def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinReply:
-        if request.worker_id >= self.config.num_workers:
-            context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"worker_id {request.worker_id} is outside this job's workers 0..{self.config.num_workers - 1}",
-            )
+        if problem := join_problem(request, self.config.num_workers):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         with self.lock:
             self.cluster.joined.add(request.worker_id)
             self.events.emit("worker_joined", worker=request.worker_id, host=request.host, pid=request.pid)
             return pb.JoinReply(ps_addresses=self.config.ps_addresses, directives=self._directives_for(request.worker_id))
 
     def Report(self, request: pb.IterationReport, context: grpc.ServicerContext) -> pb.Directives:
+        if problem := report_problem(request, self.config.num_workers):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         with self.lock:
             history = self.cluster.reports.get(request.worker_id)
             previous = history[-1].slowdown if history else 1.0
@@ -184,8 +233,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             return self._directives_for(request.worker_id)
 
     def SetDirectives(self, request: pb.SetDirectivesRequest, context: grpc.ServicerContext) -> pb.SetDirectivesReply:
-        if request.worker_id >= self.config.num_workers:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"worker_id {request.worker_id} is not in this job")
+        if problem := directives_problem(request, self.config.num_workers):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         with self.lock:
             self.directives[request.worker_id] = request.directives
             self.events.emit(
@@ -238,7 +287,8 @@ class Coordinator:
         self.target = config.target if config.target is not None else self.task.default_target
         self.service.metric_name = self.task.metric_name
         self.stop = threading.Event()
-        self.ps = PSClient(config.ps_addresses)
+        self.credentials = Credentials.load(config.security)
+        self.ps = PSClient(config.ps_addresses, credentials=self.credentials)
 
     def configure_initial_plan(self) -> None:
         self.ps.wait_ready(timeout_s=30.0)
@@ -328,7 +378,7 @@ class Coordinator:
 
     def _try_evaluator(self) -> Evaluator | None:
         try:
-            return Evaluator(self.task, self.config.ps_addresses, self.config.seed)
+            return Evaluator(self.task, self.config.ps_addresses, self.config.seed, credentials=self.credentials)
         except grpc.RpcError as exc:
             log(logger, logging.DEBUG, "evaluator not ready", error=exc.code())
             return None
@@ -423,9 +473,14 @@ class Coordinator:
 
 def run_coordinator(config: CoordinatorConfig, ready_file: str | None = None) -> int:
     coordinator = Coordinator(config)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=CHANNEL_OPTIONS)
+    credentials = coordinator.credentials
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=16),
+        options=CONTROL_CHANNEL_OPTIONS,
+        interceptors=credentials.server_interceptors(aio=False),
+    )
     pb_grpc.add_CoordinatorServicer_to_server(coordinator.service, server)
-    port = server.add_insecure_port(f"{config.host}:{config.port}")
+    port = credentials.add_port(server, address(config.host, config.port))
     if port == 0:
         raise SystemExit(f"coordinator: could not bind {config.host}:{config.port}")
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -17,6 +17,7 @@ import torch
 
 from star.flat import FlatModel
 from star.rpc.ps_client import PSClient
+from star.rpc.security import Credentials
 from star.tasks import Task
 
 
@@ -38,11 +39,11 @@ def time_to_target(points: Sequence[EvalPoint], target: float, higher_is_better:
 class Evaluator:
     """Pulls parameters as an observer (never blocks a round) and evaluates them."""
 
-    def __init__(self, task: Task, ps_addresses: Sequence[str], seed: int = 0):
+    def __init__(self, task: Task, ps_addresses: Sequence[str], seed: int = 0, credentials: Credentials | None = None):
         self.task = task
         self.model = task.build_model(seed)
         self.flat = FlatModel(self.model)
-        self.client = PSClient(ps_addresses, worker_id=0)
+        self.client = PSClient(ps_addresses, worker_id=0, credentials=credentials)
         self.client.register(self.flat.numel)
 
     def evaluate(self) -> EvalPoint | None:

@@ -12,6 +12,7 @@ import ctypes
 import dataclasses
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -26,7 +27,8 @@ import grpc
 from star.config import JobConfig, to_toml
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import CHANNEL_OPTIONS, address
+from star.rpc.common import CONTROL_CHANNEL_OPTIONS, address
+from star.rpc.security import TOKEN_ENV, Credentials
 
 
 class LaunchError(RuntimeError):
@@ -63,8 +65,10 @@ class Child:
 class ProcessGroup:
     """The job's children; stopped in reverse start order (workers, coordinator, PSs)."""
 
-    def __init__(self, log_dir: Path):
+    def __init__(self, log_dir: Path, env: dict[str, str] | None = None):
+        """`env` is added to every child's environment: how secrets (the job token) reach children, never argv."""
         self.log_dir = log_dir
+        self.extra_env = dict(env or {})
         self.children: list[Child] = []
 
     def spawn(self, name: str, args: list[str]) -> Child:
@@ -75,6 +79,7 @@ class ProcessGroup:
             PYTHONUNBUFFERED="1",
             OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
             **{PARENT_PID_ENV: str(os.getpid())},
+            **self.extra_env,
         )
         process = subprocess.Popen(
             [sys.executable, "-m", "star.cli", *args],
@@ -147,6 +152,32 @@ def _flag_args(prefix: str, values: dict) -> list[str]:
     return args
 
 
+TOKEN_FILE_NAME = "job.token"  # in OUT, owner-only: lets an operator's tools reach a job whose token was generated
+
+
+def job_credentials(config: JobConfig, out: Path) -> Credentials:
+    """The job's credentials: its token file or STAR_JOB_TOKEN if given, else a fresh random token.
+
+    A generated token is also written to OUT/job.token (mode 0600), so that tools run by the
+    same user (`--security.token-file OUT/job.token`) can talk to the job while it runs.
+    """
+    credentials = Credentials.load(config.security)
+    if credentials.token is None:
+        credentials = dataclasses.replace(credentials, token=secrets.token_hex(32))
+        path = out / TOKEN_FILE_NAME
+        path.unlink(missing_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(credentials.token + "\n")
+    return credentials
+
+
+def _security_flags(config: JobConfig) -> list[str]:
+    """TLS settings for a child; the token goes through the environment instead (token_file is not passed)."""
+    tls = {k: v for k, v in dataclasses.asdict(config.security).items() if k != "token_file"}
+    return _flag_args("security.", tls)
+
+
 def launch(config: JobConfig, progress: Callable[[str], None] | None = None, startup_timeout_s: float = 120.0) -> dict:
     """Run the job to its end and return result.json's content."""
     from star.tasks import get_task
@@ -159,7 +190,9 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
         (out / stale).unlink(missing_ok=True)
     (out / "config.toml").write_text(to_toml(config))
     ready_dir = out / "logs"
-    group = ProcessGroup(out / "logs")
+    credentials = job_credentials(config, out)
+    group = ProcessGroup(out / "logs", env={TOKEN_ENV: credentials.token or ""})
+    security = _security_flags(config)
     started = time.monotonic()
     interrupted = False
     previous_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -180,7 +213,7 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
                 f"ps{i}",
                 ["ps", "--ps-index", str(i), "--num-ps", str(config.ps), "--host", config.host, "--port", "0",
                  "--nonfinite", config.nonfinite, "--threads", str(config.threads_per_process),
-                 "--ready-file", str(ready), *_flag_args("optimizer.", opt)],
+                 "--ready-file", str(ready), *_flag_args("optimizer.", opt), *security],
             )
             ps_addresses.append((child, ready))
         addresses = [address(config.host, _wait_ready(group, c, r, startup_timeout_s)) for c, r in ps_addresses]
@@ -198,7 +231,7 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
              *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
              *_flag_args("control.", dataclasses.asdict(config.control)),
              *([] if config.stop_at_target else ["--no-stop-at-target"]),
-             *_flag_args("plan.", plan)],
+             *_flag_args("plan.", plan), *security],
         )
         coordinator_address = address(config.host, _wait_ready(group, child, ready, startup_timeout_s))
 
@@ -211,9 +244,9 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
                  "--threads", str(config.threads_per_process),
                  *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
                  *(["--trace-path", str(trace.path), "--trace-stretch", str(trace.stretch)] if trace.path else []),
-                 *(["--trace-workers", trace.workers] if trace.path and trace.workers else [])],
+                 *(["--trace-workers", trace.workers] if trace.path and trace.workers else []), *security],
             )
-        _monitor(group, coordinator_address, progress)
+        _monitor(group, coordinator_address, progress, credentials)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -230,9 +263,11 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     return result
 
 
-def _monitor(group: ProcessGroup, coordinator_address: str, progress: Callable[[str], None] | None) -> None:
+def _monitor(
+    group: ProcessGroup, coordinator_address: str, progress: Callable[[str], None] | None, credentials: Credentials
+) -> None:
     """Poll the coordinator until the job is finished; fail fast when a child crashes."""
-    channel = grpc.insecure_channel(coordinator_address, options=CHANNEL_OPTIONS)
+    channel = credentials.channel(coordinator_address, CONTROL_CHANNEL_OPTIONS)
     stub = pb_grpc.CoordinatorStub(channel)
     last_print = 0.0
     try:

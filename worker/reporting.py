@@ -21,7 +21,8 @@ import psutil
 from star.logs import log
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import CHANNEL_OPTIONS
+from star.rpc.common import CONTROL_CHANNEL_OPTIONS
+from star.rpc.security import Credentials
 
 logger = logging.getLogger("worker")
 
@@ -39,10 +40,11 @@ class IterationTimes:
 
 
 class CoordinatorLink:
-    def __init__(self, address: str, worker_id: int, join_timeout_s: float = 60.0):
+    def __init__(self, address: str, worker_id: int, join_timeout_s: float = 60.0, credentials: Credentials | None = None):
         self.worker_id = worker_id
         self.join_timeout_s = join_timeout_s
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        credentials = credentials if credentials is not None else Credentials.load()
+        self._channel = credentials.channel(address, CONTROL_CHANNEL_OPTIONS)
         self._stub = pb_grpc.CoordinatorStub(self._channel)
         self._queue: queue.Queue[pb.IterationReport | None] = queue.Queue(maxsize=256)
         self._latest: pb.Directives | None = None

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 import grpc
 import torch
 
+from star.config import SecurityConfig
 from star.flat import FlatModel
 from star.logs import log
 from star.rpc.ps_client import RETRYABLE, PSClient, with_retries
+from star.rpc.security import Credentials
 from star.tasks import BatchStream, get_task
 from star.traces import WorkerSlowdown, load_worker_slowdown, slowdown_sleep_s
 from worker.amp import AmpSwitch
@@ -52,6 +54,7 @@ class WorkerConfig:
     pull_poll_s: float = 2.0  # a blocked pull is re-issued this often, so a stop is noticed
     ps_retry_attempts: int = 8  # unreachable PS: tries before exiting non-zero
     ps_retry_base_s: float = 0.25  # first backoff delay, doubled per try (capped at 5 s)
+    security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS for every channel
 
 
 class Worker:
@@ -79,11 +82,12 @@ class Worker:
     # ---- the loop --------------------------------------------------------------
     def run(self) -> int:
         c = self.config
-        link = CoordinatorLink(c.coordinator, c.worker_id) if c.coordinator else None
+        credentials = Credentials.load(c.security)
+        link = CoordinatorLink(c.coordinator, c.worker_id, credentials=credentials) if c.coordinator else None
         addresses = list(c.ps_addresses) or (link.join(self.batch_size, self.amp.enabled, self.stop) if link else [])
         if not addresses:
             raise WorkerExit("no parameter servers: give ps_addresses or a coordinator")
-        with PSClient(addresses, c.worker_id) as ps:
+        with PSClient(addresses, c.worker_id, credentials=credentials) as ps:
             self._connect(ps)
             log(logger, logging.INFO, "training", worker=c.worker_id, numel=self.flat.numel, batch=self.batch_size)
             while not self.stop.is_set() and (c.max_iterations is None or self.iteration < c.max_iterations):

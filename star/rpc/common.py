@@ -6,16 +6,37 @@ import json
 import os
 from pathlib import Path
 
-from star.flat import MAX_CHUNK_BYTES
+from star.flat import MAX_CHUNK_BYTES, SEND_CHUNK_BYTES
 from star.plan import LatePolicy, PlanError, Scale, SyncPlan
 from star.rpc import star_pb2 as pb
 
-# A chunk plus its small header must fit; anything larger is refused by gRPC itself.
-MAX_MESSAGE_BYTES = MAX_CHUNK_BYTES + 64 * 1024
+# Explicit limits on both ends of every channel, so a hostile or buggy peer cannot make a process
+# buffer more than one message's worth: gRPC itself refuses anything larger (RESOURCE_EXHAUSTED).
+MAX_MESSAGE_BYTES = MAX_CHUNK_BYTES + 64 * 1024  # PS traffic: one chunk plus its small header
+MAX_CONTROL_MESSAGE_BYTES = 256 * 1024  # coordinator traffic: reports, directives, addresses
+MAX_METADATA_BYTES = 16 * 1024  # headers of one call (the job token is 64 characters)
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_metadata_size", MAX_METADATA_BYTES),
 ]
+CONTROL_CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_CONTROL_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_CONTROL_MESSAGE_BYTES),
+    ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+]
+# Bounds on request fields that no honest peer comes near; beyond them a value is refused, naming the field.
+MAX_BATCH_SIZE = 1 << 24  # samples in one worker's batch
+MAX_EPOCH = 1 << 62  # plan epochs count switches; a huge one would leave no newer epoch to switch to
+MAX_LABEL_CHARS = 256  # plan labels, host names and other free text
+# Senders cut payloads into SEND_CHUNK_BYTES chunks; a receiver accepts chunks down to a quarter of that
+# before it calls a stream hostile (each message costs a parse and a wakeup, whatever it carries).
+MIN_HONEST_CHUNK_BYTES = SEND_CHUNK_BYTES // 4
+
+
+def max_stream_chunks(numel: int, element_bytes: int = 4) -> int:
+    """The most chunks a client stream of `numel` elements may use: derived from the shard and chunk sizes."""
+    return max(1, -(-numel * element_bytes // MIN_HONEST_CHUNK_BYTES))
 
 
 def plan_to_proto(plan: SyncPlan) -> pb.Plan:

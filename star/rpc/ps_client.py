@@ -20,6 +20,7 @@ from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS, plan_to_proto, tune_malloc
+from star.rpc.security import Credentials
 
 T = TypeVar("T")
 
@@ -37,13 +38,15 @@ class ShardView:
 
 
 class PSClient:
-    def __init__(self, addresses: Sequence[str], worker_id: int = 0):
+    def __init__(self, addresses: Sequence[str], worker_id: int = 0, credentials: Credentials | None = None):
+        """`credentials` default to the job token in STAR_JOB_TOKEN (if any), without TLS."""
         if not addresses:
             raise ValueError("ps_addresses must name at least one parameter server")
         self.addresses = list(addresses)
         self.worker_id = worker_id
         tune_malloc()  # chunk bytes and protobuf copies are allocated and freed on every push/pull
-        self._channels = [grpc.insecure_channel(a, options=CHANNEL_OPTIONS) for a in self.addresses]
+        credentials = credentials if credentials is not None else Credentials.load()
+        self._channels = [credentials.channel(a, CHANNEL_OPTIONS) for a in self.addresses]
         self._stubs = [pb_grpc.ParameterServerStub(c) for c in self._channels]
         self._pool = ThreadPoolExecutor(max_workers=len(self.addresses), thread_name_prefix="ps-io")
         self.views: list[ShardView] = []

@@ -52,6 +52,14 @@ def _ps_addresses(out: Path) -> list[str]:
     return addresses
 
 
+def _job_credentials(out: Path):
+    """A launched job requires its token; the launcher leaves a generated one in OUT/job.token."""
+    from star.config import SecurityConfig
+    from star.rpc.security import Credentials
+
+    return Credentials.load(SecurityConfig(token_file=str(out / "job.token")))
+
+
 def test_live_plan_switches_mid_run_lose_no_update(tmp_path):
     config = from_dict(JobConfig, {"task": "digits", "workers": 4, "ps": 2, "out": str(tmp_path), "max_time_s": MAX_TIME_S})
     outcome: dict = {}
@@ -63,7 +71,7 @@ def test_live_plan_switches_mid_run_lose_no_update(tmp_path):
         while time.monotonic() < deadline and len(switches) < 2:
             addresses = _ps_addresses(tmp_path)
             if len(addresses) == 2:
-                with PSClient(addresses) as client:
+                with PSClient(addresses, credentials=_job_credentials(tmp_path)) as client:
                     stats = client.stats()
                     version = max(s.version for s in stats)
                     if version >= 20 * (len(switches) + 1):
