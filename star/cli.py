@@ -164,6 +164,44 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_selector_parser(sub) -> None:
+    p = sub.add_parser("train-selector", help="train the learned mode selector on simulated scenarios (deterministic per seed)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the scenarios and the model")
+    p.add_argument("--scenarios", type=int, default=300, help="training scenarios (each simulates every candidate plan)")
+    p.add_argument("--held-out", type=int, default=150, help="held-out scenarios for the regret report (0: none)")
+    p.add_argument("--min-workers", type=int, default=4)
+    p.add_argument("--max-workers", type=int, default=128)
+    p.add_argument("--out", default=None, help="model JSON (default: the shipped star/policy/models/selector.json)")
+    p.set_defaults(handler=_run_train_selector)
+
+
+def _run_train_selector(args: argparse.Namespace) -> int:
+    from star.policy.learned import default_model_path, save_model, train_and_evaluate
+
+    def progress(done: int, total: int) -> None:
+        if done == total or done % 25 == 0:
+            print(f"  scenarios {done}/{total}", file=sys.stderr, flush=True)
+
+    model, table = train_and_evaluate(args.seed, args.scenarios, args.held_out, args.min_workers, args.max_workers, progress)
+    path = save_model(model, args.out or default_model_path())
+    print(json.dumps({"model": str(path), "trees": len(model.trees), "ranges": model.ranges, "held_out_regret": table}, indent=1))
+    return 0
+
+
+def _bench_parser(sub) -> None:
+    from benchmarks.bench import add_arguments
+
+    p = sub.add_parser("bench", help="every strategy on every trace (simulated or real): TTA table, mitigation, plots")
+    add_arguments(p)
+    p.set_defaults(handler=_run_bench)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from benchmarks.bench import run_from_args
+
+    return run_from_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="star", description="STAR: straggler-tolerant parameter-server training")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -173,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     _coordinator_parser(sub)
     _sim_parser(sub)
     _calibrate_parser(sub)
+    _train_selector_parser(sub)
+    _bench_parser(sub)
     return parser
 
 

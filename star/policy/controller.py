@@ -9,7 +9,8 @@ Strategies (`--mode`) are named combinations of these policies:
   exclude   Dynamic Partial All-Reduce: detected stragglers leave the sync group, rejoin on recovery
   amp       Korel: SSGD + AMP on detected stragglers
   batch     BOA / LB-BSP: SSGD + per-worker batch sizes by speed
-  auto      detector + AMP + heuristic mode selector + batch sizes (each can be switched off)
+  auto      detector + AMP + mode selector + batch sizes (each can be switched off); the selector is the
+            heuristic, or the learned one with control.selector_kind = "learned"
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from star.detect import DetectorConfig, StragglerDetector
 from star.plan import SyncPlan, exclude, ssgd, with_epoch
 from star.policy.amp import AmpConfig, AmpPolicy
 from star.policy.batch import BatchConfig, BatchPlanError, solve_batch_sizes, worth_changing
+from star.policy.learned import LearnedSelector, load_model
 from star.policy.selector import HeuristicSelector, SelectorConfig, same_shape
 
 FIXED_MODES = ("ssgd", "asgd", "kofn", "grouped", "ssp")
@@ -43,6 +45,17 @@ class ControlConfig:
     amp_policy: AmpConfig = field(default_factory=AmpConfig)
     selection: SelectorConfig = field(default_factory=SelectorConfig)
     batching: BatchConfig = field(default_factory=BatchConfig)
+    selector_kind: str = "heuristic"  # which mode selector `selector` runs: heuristic | learned
+    selector_model: str | None = None  # learned selector's JSON model file (None: the one shipped in star/policy/models)
+
+    def __post_init__(self) -> None:
+        if self.selector_kind not in SELECTOR_KINDS:
+            from star.config import ConfigError  # star.config imports this module: import when needed
+
+            raise ConfigError("control.selector_kind", self.selector_kind, f"one of {', '.join(SELECTOR_KINDS)}")
+
+
+SELECTOR_KINDS = ("heuristic", "learned")
 
 
 def strategy_switches(strategy: str) -> dict[str, bool]:
@@ -107,7 +120,11 @@ class Controller:
         self.base_batch = base_batch
         self.detector = StragglerDetector(config.detector)
         self.amp = AmpPolicy(config.amp_policy)
-        self.selector = HeuristicSelector(config.selection)
+        if config.selector_kind == "learned":
+            self.selector: HeuristicSelector | LearnedSelector = LearnedSelector(
+                config.selection, load_model(config.selector_model), config.detector)
+        else:
+            self.selector = HeuristicSelector(config.selection)
         self.batch_sizes = {w: base_batch for w in range(num_workers)}
         self.lost: set[int] = set()
         self.base_plan: SyncPlan | None = None  # the first plan seen: what a rejoining worker goes back to
@@ -213,9 +230,12 @@ class Controller:
             return target
         if self.config.selector:
             iter_time_s = {w: s.comm_s + s.per_sample_s * self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}
-            decision = self.selector.decide(period, without_workers(current, frozenset(self.lost)), iter_time_s,
-                                            {w: self.batch_sizes.get(w, s.batch_size) for w, s in active.items()},
-                                            stragglers, b_noise)
+            args = (period, without_workers(current, frozenset(self.lost)), iter_time_s,
+                    {w: self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}, stragglers, b_noise)
+            if isinstance(self.selector, LearnedSelector):
+                decision = self.selector.decide(*args, comm_s={w: s.comm_s for w, s in active.items()})
+            else:
+                decision = self.selector.decide(*args)
             if decision.plan is not None:
                 events.append({"kind": "plan_decision", "mode": decision.plan.label, "reason": decision.reason,
                                "b_noise": round(b_noise, 2),

@@ -1,0 +1,376 @@
+"""`star bench`: every strategy on every trace, simulated or real, in one invocation.
+
+    star bench --traces ../shared/traces/alibaba-pai-2020/job_1_norm.csv synthetic \\
+        --trace-workers 3,4,5,6 --trace-stretch 0.025 --sim --workers 4 --out runs/bench
+
+Why one runner: the goals (auto near the best strategy in hindsight, mitigation vs SSGD)
+are statements about a whole table, so the table, the mitigation ratio
+(T_ssgd_straggled − T_strategy) / (T_ssgd_straggled − T_clean), the curves and the TTA
+chart all come from the same runs. T_clean is SSGD without a trace: one clean run per
+invocation serves every trace (it replays none), and appears under each trace as
+`ssgd-clean`.
+
+Traces: files (Alibaba PAI or iteration,worker,factor CSV; `--trace-workers` and
+`--trace-stretch` apply to them), `synthetic` (the five seeded scenarios of
+star.sim.generators) or `synthetic:NAME`. With `--sim` a file trace with fewer workers
+than `--workers` is widened with phase-shifted copies (generators.stretch_workers).
+Every trace actually replayed is written to DIR/traces/ as a CSV a real run can replay.
+
+Writes DIR/summary.csv (trace, strategy, workers, tta_s, reached, mitigation),
+DIR/summary.md (best per trace in bold), DIR/goals.md (auto vs best and vs SSGD per
+trace), DIR/curves_<trace>.png, DIR/tta.png, and each run's files under DIR/runs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+STRATEGIES = ("ssgd", "asgd", "kofn", "grouped", "exclude", "amp", "batch", "auto-heuristic", "auto-learned")
+CLEAN = "ssgd-clean"
+SUMMARY_COLUMNS = ("trace", "strategy", "workers", "tta_s", "reached", "mitigation")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One benchmark invocation."""
+
+    traces: tuple[str, ...]  # trace files, "synthetic" (all five scenarios) or "synthetic:NAME"
+    out: str  # output directory
+    strategies: tuple[str, ...] = STRATEGIES  # strategies run on every trace
+    sim: bool = False  # simulate (star.sim) instead of real local runs (star launch)
+    workers: int = 4  # workers per run
+    trace_workers: str | None = None  # file traces: trace workers replayed by run workers 0..N-1, e.g. "3,4,5,6"
+    trace_stretch: float = 1.0  # file traces: multiplies trace iteration numbers
+    synthetic_iterations: int = 100  # length of generated synthetic traces, in iterations
+    seed: int = 0  # run seed, synthetic traces' seed
+    task: str = "digits"  # task (real runs) and the calibration the simulator uses
+    calibration: str | None = None  # simulator calibration TOML (None: the shipped one for `task`)
+    ps: int = 2  # parameter servers (real runs)
+    max_time_s: float | None = None  # per-run limit (None: 150 s real, 3000 s simulated)
+
+
+def strategy_settings(strategy: str) -> tuple[str, dict[str, Any]]:
+    """The `--mode` and control fields a bench strategy name stands for."""
+    if strategy in ("auto", "auto-heuristic"):
+        return "auto", {"selector_kind": "heuristic"}
+    if strategy == "auto-learned":
+        return "auto", {"selector_kind": "learned"}
+    from star.policy.controller import STRATEGIES as MODES
+
+    if strategy in MODES:
+        return strategy, {}
+    raise ValueError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)} (or another --mode)")
+
+
+def mitigation(t_clean: float | None, t_straggled: float | None, t: float | None) -> float | None:
+    """(T_straggled − T) / (T_straggled − T_clean); None where undefined (a miss, or SSGD not slowed)."""
+    if None in (t_clean, t_straggled, t) or t_straggled <= t_clean:
+        return None
+    return (t_straggled - t) / (t_straggled - t_clean)
+
+
+# ---- tables (pure) ----------------------------------------------------------------------
+def summary_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of summary.csv from run results {trace, strategy, workers, tta_s, reached}, with mitigation."""
+    by_trace: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in results:
+        by_trace.setdefault(r["trace"], {})[r["strategy"]] = r
+    rows = []
+    for trace, runs in by_trace.items():
+        tta = {s: (r["tta_s"] if r["reached"] else None) for s, r in runs.items()}
+        for strategy, r in runs.items():
+            m = None if strategy == CLEAN else mitigation(tta.get(CLEAN), tta.get("ssgd"), tta[strategy])
+            rows.append({"trace": trace, "strategy": strategy, "workers": r["workers"],
+                         "tta_s": None if r["tta_s"] is None else round(r["tta_s"], 3), "reached": bool(r["reached"]),
+                         "mitigation": None if m is None else round(m, 3)})
+    return rows
+
+
+def best_per_trace(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Trace -> the strategy with the lowest TTA among those that reached the target (clean SSGD excluded)."""
+    best: dict[str, tuple[float, str]] = {}
+    for r in rows:
+        if r["strategy"] == CLEAN or not r["reached"] or r["tta_s"] is None:
+            continue
+        if r["trace"] not in best or r["tta_s"] < best[r["trace"]][0]:
+            best[r["trace"]] = (r["tta_s"], r["strategy"])
+    return {t: s for t, (_, s) in best.items()}
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.2f}"
+    return str(value)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    best = best_per_trace(rows)
+    lines = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
+    for r in rows:
+        cells = [_cell(r[c]) for c in SUMMARY_COLUMNS]
+        if best.get(r["trace"]) == r["strategy"]:
+            cells = [f"**{c}**" if c else c for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def goals_table(rows: Sequence[dict[str, Any]], within: float = 0.05, cut: float = 0.40, delay: float = 0.50) -> str:
+    """Per trace and auto variant: auto / the best non-auto strategy in hindsight (goal ≤ 1+within) and the TTA
+    cut vs SSGD (goal ≥ cut where SSGD's straggler delay exceeds `delay` of its clean TTA)."""
+    tta = {(r["trace"], r["strategy"]): (r["tta_s"] if r["reached"] else None) for r in rows}
+    best = best_per_trace([r for r in rows if not r["strategy"].startswith("auto")])  # the oracle's fixed choice
+    traces = list(dict.fromkeys(r["trace"] for r in rows))
+    autos = [s for s in dict.fromkeys(r["strategy"] for r in rows) if s.startswith("auto")]
+    head = ("trace", "auto", "auto_tta_s", "best", "best_tta_s", "auto/best", f"within {within:.0%}", "ssgd_tta_s",
+            "clean_tta_s", "ssgd_delay", "auto_vs_ssgd", f"cut >= {cut:.0%} needed", "met")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for trace in traces:
+        t_ssgd, t_clean = tta.get((trace, "ssgd")), tta.get((trace, CLEAN))
+        b = best.get(trace)
+        t_best = tta.get((trace, b)) if b else None
+        d = (t_ssgd - t_clean) / t_clean if t_ssgd and t_clean else None
+        for auto in autos:
+            t = tta.get((trace, auto))
+            ratio = t / t_best if t and t_best else None
+            vs = 1 - t / t_ssgd if t and t_ssgd else None
+            needs_cut = d is not None and d > delay
+            ok_best = ratio is not None and ratio <= 1 + within
+            ok_cut = (not needs_cut) or (vs is not None and vs >= cut)
+            cells = (trace, auto, t, b, t_best, ratio, "yes" if ok_best else "NO", t_ssgd, t_clean,
+                     None if d is None else f"{d:.1%}", None if vs is None else f"{vs:.1%}", "yes" if needs_cut else "no",
+                     "yes" if ok_best and ok_cut else "NO")
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(out: Path, rows: Sequence[dict[str, Any]]) -> None:
+    with open(out / "summary.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(SUMMARY_COLUMNS))
+        writer.writeheader()
+        writer.writerows({k: ("" if r[k] is None else r[k]) for k in SUMMARY_COLUMNS} for r in rows)
+    (out / "summary.md").write_text(markdown_table(rows))
+    (out / "goals.md").write_text(goals_table(rows))
+
+
+def plot(out: Path, results: Sequence[dict[str, Any]]) -> list[Path]:
+    """curves_<trace>.png (metric vs time per strategy) and tta.png (TTA per strategy and trace)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    traces = list(dict.fromkeys(r["trace"] for r in results))
+    strategies = list(dict.fromkeys(r["strategy"] for r in results))
+    for trace in traces:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for r in results:
+            if r["trace"] == trace and r["curve"]:
+                t, _, m = zip(*r["curve"])
+                ax.plot(t, m, label=r["strategy"], linestyle="--" if r["strategy"] == CLEAN else "-")
+        ax.set(xlabel="time (s)", ylabel="metric", title=f"{trace}: metric vs time")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"curves_{trace}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    fig, ax = plt.subplots(figsize=(max(7, 1.2 * len(traces) * len(strategies) / 4), 4.5))
+    width = 0.8 / max(1, len(strategies))
+    tta = {(r["trace"], r["strategy"]): r["tta_s"] if r["reached"] else math.nan for r in results}
+    for i, s in enumerate(strategies):
+        ax.bar([j + i * width for j in range(len(traces))], [tta.get((t, s), math.nan) for t in traces], width, label=s)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(traces))], traces, rotation=20, fontsize=8)
+    finite = [v for v in tta.values() if not math.isnan(v) and v > 0]
+    if finite and max(finite) > 10 * min(finite):
+        ax.set_yscale("log")  # one slow strategy (ASGD at scale) would flatten the rest
+    ax.set(ylabel="time to accuracy (s)", title="TTA per strategy (missing bar: target not reached)")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    path = out / "tta.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+# ---- traces -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TraceSpec:
+    name: str  # short name in the tables and file names
+    path: Path  # CSV replayed (written under DIR/traces/ when generated or widened)
+    trace_workers: str | None  # as star launch --trace-workers
+    stretch: float  # as star launch --trace-stretch
+
+
+def prepare_traces(config: BenchConfig, out: Path) -> list[TraceSpec]:
+    """Resolve trace arguments to files: generate synthetic ones, widen small file traces for --sim."""
+    from star.sim import generators
+    from star.traces import load_trace, write_simple_csv
+
+    folder = out / "traces"
+    folder.mkdir(parents=True, exist_ok=True)
+    specs: list[TraceSpec] = []
+    names: set[str] = set()
+    for item in config.traces:
+        if item == "synthetic" or item.startswith("synthetic:"):
+            scenarios = generators.SCENARIOS if item == "synthetic" else (item.split(":", 1)[1],)
+            for scenario in scenarios:
+                trace = generators.generate(scenario, config.workers, config.synthetic_iterations, config.seed)
+                path = write_simple_csv(trace, folder / f"{scenario}.csv")
+                specs.append(TraceSpec(_unique(scenario, names), path, None, 1.0))
+            continue
+        path = Path(item)
+        name = _unique(path.stem.removesuffix("_norm"), names)
+        trace_workers = config.trace_workers
+        if config.sim and trace_workers is None:
+            trace = load_trace(path)
+            if len(trace.workers) < config.workers:
+                path = write_simple_csv(generators.stretch_workers(trace, config.workers, config.seed), folder / f"{name}_x{config.workers}.csv")
+        specs.append(TraceSpec(name, path, trace_workers, config.trace_stretch))
+    return specs
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, i = name, 2
+    while candidate in taken:
+        candidate, i = f"{name}-{i}", i + 1
+    taken.add(candidate)
+    return candidate
+
+
+# ---- runs -----------------------------------------------------------------------------------
+def run_sim(config: BenchConfig, strategy: str, trace: TraceSpec | None, out: Path) -> dict[str, Any]:
+    from importlib import resources
+
+    from star.sim import sim_config
+    from star.sim.run import run_and_write
+
+    mode, control = strategy_settings("ssgd" if strategy == CLEAN else strategy)
+    calibration = config.calibration or str(resources.files("star.sim").joinpath("calibrations", f"{config.task}.toml"))
+    data: dict[str, Any] = {"workers": config.workers, "seed": config.seed, "out": str(out), "plan": {"mode": mode},
+                            "control": control, "max_time_s": config.max_time_s or 3000.0}
+    if trace is not None:
+        data.update({"trace_path": str(trace.path), "trace_stretch": trace.stretch,
+                     **({"trace_workers": trace.trace_workers} if trace.trace_workers else {})})
+    sim = run_and_write(sim_config(data, calibration=calibration))
+    return {**sim.result, "curve": [(t, v, m) for t, v, m in sim.curve]}
+
+
+def run_real(config: BenchConfig, strategy: str, trace: TraceSpec | None, out: Path) -> dict[str, Any]:
+    """A real local job (star.launch.launch), as benchmarks/strategies.py runs them."""
+    from star.config import JobConfig, from_dict
+    from star.launch import launch
+    from star.sim.calibrate import read_run
+
+    mode, control = strategy_settings("ssgd" if strategy == CLEAN else strategy)
+    data: dict[str, Any] = {"task": config.task, "workers": config.workers, "ps": config.ps, "out": str(out),
+                            "seed": config.seed, "max_time_s": config.max_time_s or 150.0, "plan": {"mode": mode},
+                            "control": control}
+    if trace is not None:
+        data["trace"] = {"path": str(trace.path), "stretch": trace.stretch,
+                         **({"workers": trace.trace_workers} if trace.trace_workers else {})}
+    result = launch(from_dict(JobConfig, data))
+    try:
+        _, curve, _ = read_run(out)
+    except (OSError, ValueError, KeyError):
+        curve = []
+    return {**result, "curve": curve}
+
+
+def run_bench(config: BenchConfig, runner: Callable[..., dict[str, Any]] | None = None,
+              log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> list[dict[str, Any]]:
+    """Clean SSGD once, then every strategy on every trace; writes every output; returns the summary rows."""
+    for s in config.strategies:
+        strategy_settings(s)  # fail before any run on a bad name
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runner = runner or (run_sim if config.sim else run_real)
+    traces = prepare_traces(config, out)
+    jobs: list[tuple[str, TraceSpec | None]] = [(CLEAN, None)] + [(s, t) for t in traces for s in config.strategies]
+    results: list[dict[str, Any]] = []
+    clean: dict[str, Any] | None = None
+    start = time.monotonic()
+    for i, (strategy, trace) in enumerate(jobs, 1):
+        where = "none" if trace is None else trace.name
+        run_dir = out / "runs" / where / strategy
+        r = runner(config, strategy, trace, run_dir)
+        row = {"trace": where, "strategy": strategy, "workers": config.workers, "tta_s": r.get("tta_s"),
+               "reached": bool(r.get("reached")), "curve": r.get("curve", [])}
+        if trace is None:
+            clean = row
+        else:
+            results.append(row)
+        elapsed = time.monotonic() - start
+        eta = elapsed / i * (len(jobs) - i)
+        log(f"[{i}/{len(jobs)}] {where} {strategy}: reached={row['reached']} tta_s={row['tta_s']} "
+            f"(elapsed {elapsed:.0f} s, eta {eta:.0f} s)")
+    assert clean is not None
+    ordered = []
+    for trace in traces:
+        ordered.append({**clean, "trace": trace.name})
+        ordered += [r for r in results if r["trace"] == trace.name]
+    rows = summary_rows(ordered)
+    write_summary(out, rows)
+    plot(out, ordered)
+    (out / "bench.json").write_text(json.dumps({"config": {k: getattr(config, k) for k in config.__dataclass_fields__},
+                                                "rows": rows}, indent=1, default=str))
+    return rows
+
+
+# ---- command line ---------------------------------------------------------------------------
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--traces", nargs="+", required=True, help="trace files, 'synthetic' (five scenarios) or 'synthetic:NAME'")
+    p.add_argument("--trace-workers", default=None, help="file traces: trace workers for run workers 0..N-1, e.g. 3,4,5,6")
+    p.add_argument("--trace-stretch", type=float, default=1.0, help="file traces: multiplies trace iteration numbers")
+    p.add_argument("--sim", action="store_true", help="simulate (star.sim, calibrated) instead of real local runs")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated: " + ", ".join(STRATEGIES))
+    p.add_argument("--synthetic-iterations", type=int, default=100, help="length of generated synthetic traces")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--task", default="digits")
+    p.add_argument("--calibration", default=None, help="--sim: calibration TOML (default: the shipped one for --task)")
+    p.add_argument("--ps", type=int, default=2, help="real runs: parameter servers")
+    p.add_argument("--max-time-s", type=float, default=None, help="per-run limit (default 150 real, 3000 simulated)")
+    p.add_argument("--out", required=True)
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    return BenchConfig(
+        traces=tuple(args.traces), out=args.out, strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
+        sim=args.sim, workers=args.workers, trace_workers=args.trace_workers, trace_stretch=args.trace_stretch,
+        synthetic_iterations=args.synthetic_iterations, seed=args.seed, task=args.task, calibration=args.calibration,
+        ps=args.ps, max_time_s=args.max_time_s,
+    )
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    try:
+        config = config_from_args(args)
+        rows = run_bench(config)
+    except ValueError as exc:
+        print(f"star bench: {exc}", file=sys.stderr)
+        return 2
+    print(markdown_table(rows))
+    print(f"wrote {config.out}/summary.csv, summary.md, goals.md, tta.png, curves_*.png")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run_from_args(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

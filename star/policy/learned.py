@@ -1,0 +1,462 @@
+"""Learned sync-mode selection: gradient-boosted trees, trained on simulated scenarios, rank candidate plans.
+
+Why: the heuristic (star.policy.selector) scores plans with a closed-form model that
+sees only per-worker median iteration times; it cannot know the costs it does not
+model (per-iteration overhead that does not straggle, compute noise that makes SSGD wait
+for the slowest of N noisy draws). The learned model is trained on what the simulator
+measures for every candidate plan, with the heuristic's own estimate as one input, so
+it learns the heuristic's errors rather than the whole problem.
+
+- Features (DESIGN.md §5), per decision: worker count, CoV and max/median of the
+  per-worker iteration times, straggler fraction, B_noise/B (B = the SSGD batch),
+  communication/compute ratio; per candidate plan: its family, its quorum/split
+  fraction, and log(heuristic estimate / heuristic SSGD estimate). Model size and
+  training progress are not used: the controller does not see the model's bytes (the
+  communication/compute ratio carries its effect) and the simulator's convergence model
+  makes progress per update independent of progress so far, so nothing could be learned
+  from them.
+- Target: log(seconds per unit progress of the plan / that of SSGD), measured by
+  simulating each plan held fixed on a static scenario; the selector picks the minimum.
+- The model is stored as JSON (tree arrays, evaluated here with numpy): loading it runs
+  no code from the file. It carries the range of every decision feature seen in
+  training; outside it the selector falls back to the heuristic.
+- `train(seed, ...)` is deterministic for a seed (`star train-selector`); `regret`
+  compares learned and heuristic picks on held-out scenarios.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from star.detect import DetectorConfig, slow_now
+from star.plan import SyncPlan
+from star.policy.selector import Estimate, HeuristicSelector, ModeDecision, SelectorConfig, candidate_plans, estimate, same_shape
+
+MODEL_FORMAT = "star-gbt-v1"
+SHIPPED_MODEL = "selector.json"  # in star/policy/models/
+DECISION_FEATURES = ("workers", "time_cov", "max_over_median", "straggler_fraction", "b_noise_over_batch", "comm_over_compute")
+FAMILIES = ("ssgd", "kofn", "grouped", "exclude", "asgd")
+PLAN_FEATURES = tuple(f"is_{f}" for f in FAMILIES) + ("plan_fraction", "heuristic_log_ratio")
+FEATURES = DECISION_FEATURES + PLAN_FEATURES
+
+
+# ---- features (pure) -----------------------------------------------------------------
+def decision_features(iter_time_s: Mapping[int, float], comm_s: Mapping[int, float], batch: Mapping[int, int],
+                      stragglers: frozenset[int], b_noise: float) -> dict[str, float]:
+    """What one decision looks like, independent of the candidate plans."""
+    times = [iter_time_s[w] for w in sorted(iter_time_s)]
+    n = len(times)
+    mean = sum(times) / n
+    median = statistics.median(times)
+    cov = statistics.pstdev(times) / mean if mean > 0 else 0.0
+    comm = statistics.median(comm_s.get(w, 0.0) for w in iter_time_s)
+    compute = statistics.median(max(iter_time_s[w] - comm_s.get(w, 0.0), 1e-12) for w in iter_time_s)
+    full_batch = sum(batch[w] for w in iter_time_s)
+    return {
+        "workers": float(n),
+        "time_cov": cov,
+        "max_over_median": max(times) / median if median > 0 else 1.0,
+        "straggler_fraction": len(stragglers & set(iter_time_s)) / n,
+        "b_noise_over_batch": b_noise / full_batch if full_batch > 0 else 0.0,
+        "comm_over_compute": comm / compute,
+    }
+
+
+def plan_family(plan: SyncPlan) -> str | None:
+    return plan.label if plan.label in FAMILIES and plan.staleness_bound is None else None
+
+
+def plan_fraction(plan: SyncPlan) -> float:
+    """The one number that tells plans of a family apart: k/N, the fast group's share, the excluded share."""
+    n = plan.total_workers
+    family = plan_family(plan)
+    if family == "kofn":
+        return plan.quorum[0] / n
+    if family == "grouped":
+        return max(len(g) for g in plan.groups) / n
+    if family == "exclude":
+        return sum(1 for g in plan.groups if len(g) == 1) / n
+    if family == "asgd":
+        return 1.0 / n
+    return 1.0
+
+
+def feature_rows(decision: Mapping[str, float], plans: Sequence[SyncPlan], estimates: Sequence[float],
+                 ssgd_estimate: float) -> np.ndarray:
+    """One row per plan, columns in FEATURES order."""
+    rows = np.zeros((len(plans), len(FEATURES)))
+    rows[:, : len(DECISION_FEATURES)] = [decision[f] for f in DECISION_FEATURES]
+    base = len(DECISION_FEATURES)
+    for i, (plan, est) in enumerate(zip(plans, estimates)):
+        family = plan_family(plan)
+        if family is not None:
+            rows[i, base + FAMILIES.index(family)] = 1.0
+        rows[i, base + len(FAMILIES)] = plan_fraction(plan)
+        rows[i, base + len(FAMILIES) + 1] = math.log(est / ssgd_estimate)
+    return rows
+
+
+# ---- the model: JSON trees ------------------------------------------------------------
+@dataclass(frozen=True)
+class TreeModel:
+    """A gradient-boosted regression-tree ensemble, as plain arrays (no code in the file)."""
+
+    features: tuple[str, ...]  # column names, in order
+    ranges: dict[str, tuple[float, float]]  # decision features seen in training: (min, max)
+    init: float  # the ensemble's constant start
+    learning_rate: float  # each tree's contribution factor
+    trees: tuple[dict[str, np.ndarray], ...]  # feature, threshold, left, right, value per node (left = -1: leaf)
+    base_feature: str | None = None  # a feature added to the prediction (the trees learn the residual over it)
+    meta: dict[str, Any] = field(default_factory=dict)  # seed, scenario counts, versions: for the record only
+
+    def predict(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.atleast_2d(np.asarray(rows, dtype=float))
+        out = np.full(len(rows), self.init)
+        index = np.arange(len(rows))
+        for tree in self.trees:
+            node = np.zeros(len(rows), dtype=np.int64)
+            while True:
+                inner = tree["left"][node] >= 0
+                if not inner.any():
+                    break
+                n = node[inner]
+                go_left = rows[index[inner], tree["feature"][n]] <= tree["threshold"][n]
+                node[inner] = np.where(go_left, tree["left"][n], tree["right"][n])
+            out += self.learning_rate * tree["value"][node]
+        if self.base_feature is not None:
+            out += rows[:, self.features.index(self.base_feature)]
+        return out
+
+    def out_of_range(self, decision: Mapping[str, float]) -> list[str]:
+        """Decision features outside what training saw, as 'name=value not in [lo, hi]'."""
+        bad = []
+        for name, (lo, hi) in self.ranges.items():
+            value = decision[name]
+            if not lo <= value <= hi:
+                bad.append(f"{name}={value:.4g} not in [{lo:.4g}, {hi:.4g}]")
+        return bad
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": MODEL_FORMAT,
+            "features": list(self.features),
+            "ranges": {k: [float(lo), float(hi)] for k, (lo, hi) in self.ranges.items()},
+            "init": float(self.init),
+            "learning_rate": float(self.learning_rate),
+            "base_feature": self.base_feature,
+            "meta": self.meta,
+            "trees": [{k: v.tolist() for k, v in tree.items()} for tree in self.trees],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TreeModel:
+        if data.get("format") != MODEL_FORMAT:
+            raise ValueError(f"selector model format {data.get('format')!r}, expected {MODEL_FORMAT!r}")
+        features = tuple(data["features"])
+        if features != FEATURES:
+            raise ValueError(f"selector model features {features} do not match this version's {FEATURES}")
+        trees = []
+        for tree in data["trees"]:
+            parsed = {
+                "feature": np.asarray(tree["feature"], dtype=np.int64),
+                "threshold": np.asarray(tree["threshold"], dtype=float),
+                "left": np.asarray(tree["left"], dtype=np.int64),
+                "right": np.asarray(tree["right"], dtype=np.int64),
+                "value": np.asarray(tree["value"], dtype=float),
+            }
+            sizes = {len(v) for v in parsed.values()}
+            inner = parsed["left"] >= 0
+            if len(sizes) != 1 or (inner & ((parsed["feature"] < 0) | (parsed["feature"] >= len(features)))).any() \
+                    or (parsed["left"] >= len(parsed["left"])).any() or (parsed["right"] >= len(parsed["right"])).any():
+                raise ValueError("selector model has a malformed tree")
+            trees.append(parsed)
+        ranges = {k: (float(v[0]), float(v[1])) for k, v in data["ranges"].items()}
+        if set(ranges) != set(DECISION_FEATURES):
+            raise ValueError(f"selector model ranges {sorted(ranges)} do not name every decision feature")
+        base = data.get("base_feature")
+        if base is not None and base not in features:
+            raise ValueError(f"selector model base_feature {base!r} is not a feature")
+        return cls(features, ranges, float(data["init"]), float(data["learning_rate"]), tuple(trees), base,
+                   dict(data.get("meta", {})))
+
+
+def save_model(model: TreeModel, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(model.to_json(), separators=(",", ":")) + "\n")
+    return path
+
+
+def load_model(path: str | Path | None = None) -> TreeModel:
+    """A model file (JSON only: nothing in it is executed); None loads the one shipped in the package."""
+    if path is None:
+        text = resources.files("star.policy").joinpath("models", SHIPPED_MODEL).read_text()
+    else:
+        text = Path(path).read_text()
+    return TreeModel.from_json(json.loads(text))
+
+
+def from_sklearn(regressor: Any, ranges: Mapping[str, tuple[float, float]], meta: Mapping[str, Any],
+                 base_feature: str | None = None) -> TreeModel:
+    """Export a fitted sklearn GradientBoostingRegressor (squared error) to a TreeModel."""
+    trees = []
+    for estimator in regressor.estimators_[:, 0]:
+        t = estimator.tree_
+        trees.append({
+            "feature": t.feature.astype(np.int64), "threshold": t.threshold.astype(float),
+            "left": t.children_left.astype(np.int64), "right": t.children_right.astype(np.int64),
+            "value": t.value[:, 0, 0].astype(float),
+        })
+    init = float(np.ravel(regressor.init_.constant_)[0])
+    return TreeModel(FEATURES, dict(ranges), init, float(regressor.learning_rate), tuple(trees), base_feature, dict(meta))
+
+
+# ---- the selector ---------------------------------------------------------------------
+class LearnedSelector:
+    """Ranks the heuristic's candidate plans by the model's predicted seconds per progress.
+
+    Switching rules (margin, dwell) are the heuristic's; outside the model's feature
+    ranges, or for a plan family it was not trained on, the heuristic decides.
+    """
+
+    def __init__(self, config: SelectorConfig | None = None, model: TreeModel | None = None,
+                 detector: DetectorConfig | None = None):
+        self.config = config or SelectorConfig()
+        self.model = model if model is not None else load_model()
+        self.detector = detector or DetectorConfig()
+        self.heuristic = HeuristicSelector(self.config)
+        self._last_switch = -(10**9)
+
+    def decide(self, period: int, current: SyncPlan, iter_time_s: Mapping[int, float], batch: Mapping[int, int],
+               stragglers: frozenset[int], b_noise: float = 0.0, comm_s: Mapping[int, float] | None = None) -> ModeDecision:
+        workers = current.workers
+        if any(w not in iter_time_s for w in workers):
+            return ModeDecision(None, "waiting for timings from every worker", ())
+        times = {w: iter_time_s[w] for w in workers}
+        decision = decision_features(times, comm_s or {}, batch, stragglers, b_noise)
+        bad = self.model.out_of_range(decision)
+        if bad or plan_family(current) is None or len(workers) < 2:
+            why = "; ".join(bad) if bad else f"current plan {current.label!r} is not a family the model knows"
+            return self._fallback(period, current, iter_time_s, batch, stragglers, b_noise, why)
+        penalty = self.config.staleness_penalty
+        plans = [p for p in candidate_plans(workers, stragglers, times, self.config.modes) if not same_shape(p, current)]
+        plans.append(current)
+        heuristic = [estimate(p, times, batch, b_noise, penalty) for p in plans]
+        from star.plan import ssgd
+
+        base = estimate(ssgd(workers), times, batch, b_noise, penalty).seconds_per_progress
+        predicted = np.exp(self.model.predict(feature_rows(decision, plans, [e.seconds_per_progress for e in heuristic], base))) * base
+        estimates = tuple(Estimate(e.plan, float(s), e.gradients_per_s, e.efficiency, e.staleness) for e, s in zip(heuristic, predicted))
+        now, candidates = estimates[-1], estimates[:-1]
+        if not candidates:
+            return ModeDecision(None, "no candidate plans", estimates)
+        best = min(candidates, key=lambda e: e.seconds_per_progress)
+        if best.seconds_per_progress >= now.seconds_per_progress:
+            return ModeDecision(None, f"learned: {current.label} is already the best plan ({now.seconds_per_progress:.4f} s/step)", estimates)
+        if period - self._last_switch < self.config.min_dwell:
+            return ModeDecision(None, f"learned: dwell: last switch {period - self._last_switch} decisions ago", estimates)
+        gain = 1 - best.seconds_per_progress / now.seconds_per_progress
+        if gain < self.config.margin:
+            return ModeDecision(None, f"learned: best {best.plan.label} gains only {gain:.1%} over {current.label} "
+                                      f"(margin {self.config.margin:.0%})", estimates)
+        self._last_switch = period
+        return ModeDecision(best.plan, f"learned: {best.plan.label} {best.seconds_per_progress:.4f} s/step beats "
+                                       f"{current.label} {now.seconds_per_progress:.4f} by {gain:.1%}", estimates)
+
+    def _fallback(self, period, current, iter_time_s, batch, stragglers, b_noise, why: str) -> ModeDecision:
+        self.heuristic._last_switch = self._last_switch
+        d = self.heuristic.decide(period, current, iter_time_s, batch, stragglers, b_noise)
+        self._last_switch = self.heuristic._last_switch
+        return ModeDecision(d.plan, f"heuristic fallback ({why}): {d.reason}", d.estimates)
+
+
+# ---- training data: static scenarios measured in the simulator ------------------------
+@dataclass(frozen=True)
+class Scenario:
+    """A static cluster state: every worker's slowdown factor and the job's costs."""
+
+    factors: tuple[float, ...]  # per-worker compute slowdown
+    noise_cv: float  # per-iteration compute noise (lognormal CoV)
+    b_noise_ratio: float  # B_noise / (N x base batch)
+    comm_ratio: float  # push+pull seconds / base compute seconds
+    overhead_ratio: float  # other per-iteration seconds / base compute seconds
+    seed: int  # the simulation's noise seed
+
+
+BASE_COMPUTE_S = 0.1
+BASE_BATCH = 64
+
+
+def sample_scenarios(count: int, seed: int, min_workers: int = 4, max_workers: int = 64) -> list[Scenario]:
+    """A seeded mix of clean, static, few-straggler and heavy-tailed clusters."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        n = int(round(math.exp(rng.uniform(math.log(min_workers), math.log(max_workers)))))
+        kind = rng.choice(["clean", "static", "stragglers", "heavy_tail"], p=[0.15, 0.25, 0.4, 0.2])
+        factors = np.ones(n)
+        if kind == "static":
+            factors = 1 + rng.uniform(0.1, 1.5) * rng.random(n)
+        elif kind == "stragglers":
+            slow = rng.choice(n, max(1, int(rng.integers(1, max(2, n // 4 + 1)))), replace=False)
+            factors[slow] = rng.uniform(1.3, 6.0, len(slow))
+            factors *= 1 + 0.05 * rng.random(n)
+        elif kind == "heavy_tail":
+            factors = np.minimum(1 + rng.pareto(rng.uniform(1.5, 3.0), n) / 5, 20.0)
+        out.append(Scenario(
+            factors=tuple(float(f) for f in factors),
+            noise_cv=float(rng.choice([0.0, rng.uniform(0.02, 0.4)])),
+            b_noise_ratio=float(0.0 if rng.random() < 0.3 else math.exp(rng.uniform(math.log(0.05), math.log(4.0)))),
+            comm_ratio=float(math.exp(rng.uniform(math.log(0.01), math.log(1.0)))),
+            overhead_ratio=float(rng.uniform(0.0, 0.8)),
+            seed=int(seed * 100_003 + i),
+        ))
+    return out
+
+
+def scenario_inputs(s: Scenario) -> tuple[dict[int, float], dict[int, float], dict[int, int], frozenset[int], float]:
+    """What the controller would see: iteration times (comm + compute), comm, batches, stragglers, B_noise."""
+    comm = s.comm_ratio * BASE_COMPUTE_S
+    per_sample = {w: BASE_COMPUTE_S * f / BASE_BATCH for w, f in enumerate(s.factors)}
+    iter_time = {w: comm + BASE_COMPUTE_S * f for w, f in enumerate(s.factors)}
+    stragglers = slow_now(per_sample, DetectorConfig())
+    n = len(s.factors)
+    return iter_time, {w: comm for w in range(n)}, {w: BASE_BATCH for w in range(n)}, stragglers, s.b_noise_ratio * n * BASE_BATCH
+
+
+def measure(s: Scenario, plans: Sequence[SyncPlan], rounds: float = 60.0) -> list[float]:
+    """Simulated seconds per unit progress of each plan held fixed for about `rounds` SSGD rounds."""
+    from star.sim import Simulation, sim_config
+    from star.traces import Trace
+
+    n = len(s.factors)
+    trace = Trace.from_rows([(0, w, f) for w, f in enumerate(s.factors)] + [(10**6, w, f) for w, f in enumerate(s.factors)])
+    horizon = rounds * BASE_COMPUTE_S * (max(s.factors) + s.comm_ratio + s.overhead_ratio)
+    config = sim_config({
+        "workers": n, "iterations": 10**9, "stop_at_target": False, "max_time_s": horizon, "seed": s.seed,
+        "plan": {"mode": "ssgd"}, "control": {"decision_period_s": horizon},
+        "cost": {"base_compute_s": BASE_COMPUTE_S, "base_batch": BASE_BATCH, "model_bytes": s.comm_ratio * BASE_COMPUTE_S / 2,
+                 "bandwidth_bytes_per_s": 1.0, "overhead_s": s.overhead_ratio * BASE_COMPUTE_S, "compute_noise_cv": s.noise_cv},
+        "convergence": {"updates_to_target": 1e12, "eval_period_s": 0.0, "b_noise": s.b_noise_ratio * n * BASE_BATCH},
+    })
+    out = []
+    for plan in plans:
+        sim = Simulation(config, trace)
+        sim.set_plan(plan)
+        sim.run()
+        out.append(horizon / sim.progress if sim.progress > 0 else float("inf"))
+    return out
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One scenario's candidates: feature rows, heuristic estimates and simulated truth."""
+
+    decision: dict[str, float]
+    plans: tuple[SyncPlan, ...]
+    rows: np.ndarray
+    heuristic_s: np.ndarray  # heuristic seconds per progress
+    measured_s: np.ndarray  # simulated seconds per progress
+
+
+def measure_scenario(s: Scenario, config: SelectorConfig | None = None) -> Measured:
+    from star.plan import ssgd
+
+    config = config or SelectorConfig()
+    iter_time, comm, batch, stragglers, b_noise = scenario_inputs(s)
+    workers = sorted(iter_time)
+    plans = candidate_plans(workers, stragglers, iter_time, config.modes)
+    heuristic = [estimate(p, iter_time, batch, b_noise, config.staleness_penalty).seconds_per_progress for p in plans]
+    base = estimate(ssgd(workers), iter_time, batch, b_noise, config.staleness_penalty).seconds_per_progress
+    decision = decision_features(iter_time, comm, batch, stragglers, b_noise)
+    rows = feature_rows(decision, plans, heuristic, base)
+    return Measured(decision, tuple(plans), rows, np.asarray(heuristic), np.asarray(measure(s, plans)))
+
+
+def measure_all(scenarios: Sequence[Scenario], progress=None) -> list[Measured]:
+    out = []
+    for i, s in enumerate(scenarios, 1):
+        out.append(measure_scenario(s))
+        if progress:
+            progress(i, len(scenarios))
+    return out
+
+
+def fit(measured: Sequence[Measured], seed: int, trees: int = 150, depth: int = 4, learning_rate: float = 0.08) -> TreeModel:
+    """Fit log(plan / SSGD seconds per progress) on every candidate of every scenario, as the residual over
+    the heuristic's log ratio: where the heuristic is right the trees add ~0 and keep its fine-grained ranking."""
+    from sklearn import __version__ as sklearn_version
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    rows, targets = [], []
+    for m in measured:
+        ssgd_s = m.measured_s[[p.label == "ssgd" for p in m.plans].index(True)]
+        keep = np.isfinite(m.measured_s)
+        rows.append(m.rows[keep])
+        targets.append(np.log(m.measured_s[keep] / ssgd_s) - m.rows[keep, FEATURES.index("heuristic_log_ratio")])
+    x, y = np.concatenate(rows), np.concatenate(targets)
+    regressor = GradientBoostingRegressor(n_estimators=trees, max_depth=depth, learning_rate=learning_rate,
+                                          subsample=0.8, random_state=seed).fit(x, y)
+    decisions = np.array([[m.decision[f] for f in DECISION_FEATURES] for m in measured])
+    ranges = {f: (float(decisions[:, i].min()), float(decisions[:, i].max())) for i, f in enumerate(DECISION_FEATURES)}
+    meta = {"seed": seed, "scenarios": len(measured), "rows": int(len(y)), "trees": trees, "depth": depth,
+            "sklearn": sklearn_version, "target": "log(plan seconds per progress / SSGD's), simulated"}
+    return from_sklearn(regressor, ranges, meta, base_feature="heuristic_log_ratio")
+
+
+def train(seed: int = 0, scenarios: int = 300, min_workers: int = 4, max_workers: int = 64, progress=None) -> TreeModel:
+    """Sample scenarios from `seed`, simulate every candidate plan, fit: the same seed gives the same model."""
+    measured = measure_all(sample_scenarios(scenarios, seed, min_workers, max_workers), progress)
+    model = fit(measured, seed)
+    return dataclasses.replace(model, meta={**model.meta, "min_workers": min_workers, "max_workers": max_workers})
+
+
+def picks(m: Measured, model: TreeModel) -> tuple[int, int]:
+    """Indices of the heuristic's and the model's choice among a scenario's candidates."""
+    return int(np.argmin(m.heuristic_s)), int(np.argmin(model.predict(m.rows)))
+
+
+def regret(measured: Sequence[Measured], model: TreeModel) -> dict[str, dict[str, float]]:
+    """Extra seconds per progress of each selector's pick over the best plan in hindsight (held-out scenarios).
+
+    Held fixed, a plan's TTA is proportional to its seconds per progress, so this is its extra TTA.
+    """
+    out: dict[str, list[float]] = {"heuristic": [], "learned": []}
+    for m in measured:
+        best = m.measured_s.min()
+        h, l = picks(m, model)
+        out["heuristic"].append(m.measured_s[h] / best - 1)
+        out["learned"].append(m.measured_s[l] / best - 1)
+    table = {}
+    for name, values in out.items():
+        v = np.asarray(values)
+        table[name] = {"scenarios": len(v), "mean": float(v.mean()), "median": float(np.median(v)),
+                       "p90": float(np.quantile(v, 0.9)), "max": float(v.max()), "over_5pct": float((v > 0.05).mean())}
+    return table
+
+
+def default_model_path() -> Path:
+    """Where the shipped model lives in a source checkout (star/policy/models/selector.json)."""
+    return Path(__file__).resolve().parent / "models" / SHIPPED_MODEL
+
+
+def train_and_evaluate(seed: int, scenarios: int, held_out: int, min_workers: int, max_workers: int,
+                       progress=None) -> tuple[TreeModel, dict[str, dict[str, float]]]:
+    """Train from `seed`, then measure regret on `held_out` scenarios drawn from another seed (recorded in meta)."""
+    model = train(seed, scenarios, min_workers, max_workers, progress)
+    table: dict[str, dict[str, float]] = {}
+    if held_out > 0:
+        test = measure_all(sample_scenarios(held_out, seed + 1_000_003, min_workers, max_workers), progress)
+        table = regret(test, model)
+        model = dataclasses.replace(model, meta={**model.meta, "held_out_seed": seed + 1_000_003,
+                                                 "held_out_regret": {k: {m: round(v, 5) for m, v in r.items()} for k, r in table.items()}})
+    return model, table

@@ -1,0 +1,108 @@
+"""The learned mode selector: JSON tree export, fallback, deterministic training, the shipped model."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from star.plan import ssgd
+from star.policy import learned
+from star.policy.controller import ControlConfig, Controller, WorkerSummary, for_strategy
+from star.policy.selector import HeuristicSelector
+
+STRAGGLER_TIMES = {0: 0.1, 1: 0.1, 2: 0.1, 3: 0.35}
+BATCH = {w: 64 for w in range(4)}
+
+
+@pytest.fixture(scope="module")
+def small_training_set():
+    return learned.measure_all(learned.sample_scenarios(6, seed=5, min_workers=4, max_workers=6))
+
+
+def test_exported_trees_predict_exactly_what_sklearn_predicts():
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    rng = np.random.default_rng(0)
+    x = rng.random((200, len(learned.FEATURES)))
+    y = np.sin(3 * x[:, 0]) + x[:, 1] ** 2
+    regressor = GradientBoostingRegressor(n_estimators=20, max_depth=3, random_state=0).fit(x, y)
+    model = learned.from_sklearn(regressor, {f: (0.0, 1.0) for f in learned.DECISION_FEATURES}, {})
+    assert np.allclose(model.predict(x), regressor.predict(x), atol=1e-12)
+
+
+def test_model_round_trips_through_json_with_the_same_predictions(small_training_set, tmp_path):
+    model = learned.fit(small_training_set, seed=0, trees=20)
+    path = learned.save_model(model, tmp_path / "m.json")
+    loaded = learned.load_model(path)
+    rows = np.concatenate([m.rows for m in small_training_set])
+    assert np.array_equal(loaded.predict(rows), model.predict(rows))
+    assert loaded.ranges == model.ranges and loaded.base_feature == "heuristic_log_ratio"
+
+
+def test_training_is_deterministic_for_a_seed_and_differs_across_seeds():
+    a = learned.train(seed=3, scenarios=4, min_workers=4, max_workers=5)
+    b = learned.train(seed=3, scenarios=4, min_workers=4, max_workers=5)
+    c = learned.train(seed=4, scenarios=4, min_workers=4, max_workers=5)
+    assert json.dumps(a.to_json()) == json.dumps(b.to_json())
+    assert json.dumps(a.to_json()) != json.dumps(c.to_json())
+
+
+def test_a_decision_outside_the_training_ranges_falls_back_to_the_heuristic(small_training_set):
+    model = learned.fit(small_training_set, seed=0, trees=10)
+    narrow = dataclasses.replace(model, ranges={**model.ranges, "max_over_median": (1.0, 1.5)})
+    selector = learned.LearnedSelector(model=narrow)
+    decision = selector.decide(10, ssgd(range(4), epoch=1), STRAGGLER_TIMES, BATCH, frozenset({3}), 0.0,
+                               comm_s={w: 0.01 for w in range(4)})
+    expected = HeuristicSelector().decide(10, ssgd(range(4), epoch=1), STRAGGLER_TIMES, BATCH, frozenset({3}), 0.0)
+    assert decision.reason.startswith("heuristic fallback (") and "max_over_median=3.5 not in [1, 1.5]" in decision.reason
+    assert decision.plan == expected.plan and decision.plan is not None
+
+
+def test_a_decision_inside_the_ranges_is_ranked_by_the_model(small_training_set):
+    model = learned.fit(small_training_set, seed=0, trees=10)
+    wide = dataclasses.replace(model, ranges={f: (-1e9, 1e9) for f in learned.DECISION_FEATURES})
+    decision = learned.LearnedSelector(model=wide).decide(10, ssgd(range(4), epoch=1), STRAGGLER_TIMES, BATCH,
+                                                          frozenset({3}), 0.0, comm_s={w: 0.01 for w in range(4)})
+    assert decision.reason.startswith("learned:")
+    assert len(decision.estimates) > 1 and all(np.isfinite(e.seconds_per_progress) for e in decision.estimates)
+
+
+def test_a_model_file_with_a_bad_tree_or_format_is_refused(small_training_set, tmp_path):
+    data = learned.fit(small_training_set, seed=0, trees=5).to_json()
+    data["trees"][0]["feature"][0] = 99
+    with pytest.raises(ValueError, match="malformed"):
+        learned.TreeModel.from_json(data)
+    with pytest.raises(ValueError, match="format"):
+        learned.TreeModel.from_json({**data, "format": "pickle"})
+
+
+def test_the_shipped_model_loads_with_a_range_for_every_decision_feature():
+    model = learned.load_model()
+    assert set(model.ranges) == set(learned.DECISION_FEATURES)
+    assert all(lo <= hi for lo, hi in model.ranges.values())
+    assert model.ranges["workers"][0] <= 4 and len(model.trees) > 0
+    assert "held_out_regret" in model.meta
+
+
+def test_controller_uses_the_learned_selector_when_configured():
+    config = for_strategy(ControlConfig(selector_kind="learned", batch=False, amp=False), "auto")
+    controller = Controller(config, 4, 64)
+    assert isinstance(controller.selector, learned.LearnedSelector)
+    plan = ssgd(range(4), epoch=1)
+    workers = {w: WorkerSummary((3.5 if w == 3 else 1.0) * 1e-3, 0.01, 64, 0, 4) for w in range(4)}
+    reasons = []
+    for period in range(6):
+        decision = controller.decide(period, plan, workers)
+        reasons += [e["reason"] for e in decision.events if e["kind"] == "plan_decision"]
+        plan = decision.plan or plan
+    assert reasons and all(r.startswith(("learned:", "heuristic fallback")) for r in reasons)
+
+
+def test_an_unknown_selector_kind_is_a_config_error():
+    from star.config import ConfigError
+
+    with pytest.raises(ConfigError, match="selector_kind"):
+        ControlConfig(selector_kind="oracle")
