@@ -13,6 +13,7 @@ import asyncio
 import logging
 import signal
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import grpc
@@ -39,6 +40,8 @@ from star.rpc.common import (
     write_ready_file,
 )
 from star.rpc.security import Credentials
+from ps_server.checkpointing import CheckpointSchedule, ShardCheckpointer, restore_shard
+from star.checkpoint import ShardCheckpoint
 
 logger = logging.getLogger("ps")
 
@@ -63,6 +66,11 @@ class PSConfig:
     max_model_bytes: int = 16 * 1024**3  # largest flat model (float32, all shards) a Register/Init may declare
     stream_idle_timeout_s: float = 30.0  # a Push/Init stream silent this long is refused (frees its buffer)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS
+    checkpoint_dir: str | None = None  # write shard checkpoints here (star.checkpoint layout); None = never
+    checkpoint_every_updates: int = 0  # checkpoint after this many updates (0 = not by count)
+    checkpoint_every_s: float = 0.0  # ... or after this many seconds (0 = not by time); always at shutdown
+    job_id: str = ""  # written into every checkpoint, so shards of different jobs are never mixed
+    restore_dir: str | None = None  # start from this PS's newest checkpoint in this directory, when there is one
 
     def __post_init__(self) -> None:
         if not 0 <= self.ps_index < max(self.num_ps, 1):
@@ -73,6 +81,10 @@ class PSConfig:
             raise ConfigError("max_model_bytes", self.max_model_bytes, "must be >= 4")
         if not self.stream_idle_timeout_s > 0:
             raise ConfigError("stream_idle_timeout_s", self.stream_idle_timeout_s, "must be > 0")
+        if self.checkpoint_every_updates < 0:
+            raise ConfigError("checkpoint_every_updates", self.checkpoint_every_updates, "must be >= 0")
+        if self.checkpoint_every_s < 0:
+            raise ConfigError("checkpoint_every_s", self.checkpoint_every_s, "must be >= 0")
 
 
 def all_finite(tensor: torch.Tensor) -> bool:
@@ -129,6 +141,11 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         self._waiters: dict[int, asyncio.Future] = {}
         self._started = time.monotonic()
         self._first_update: float | None = None
+        self.checkpointer = (
+            ShardCheckpointer(config.checkpoint_dir, config.job_id,
+                              CheckpointSchedule(config.checkpoint_every_updates, config.checkpoint_every_s))
+            if config.checkpoint_dir else None
+        )
 
     # ---- helpers ---------------------------------------------------------------
     def _since_first_update(self) -> float:
@@ -206,6 +223,46 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             future = self._waiters.pop(worker, None)
             if future is not None and not future.done():
                 future.set_result(self._pull_view())
+        if effects.applies and self.checkpointer is not None:
+            self.checkpointer.record_version(self.aggregator.version)
+            self.checkpointer.maybe_save(self.aggregator.version, self.capture)
+
+    # ---- checkpoints -----------------------------------------------------------
+    def capture(self) -> ShardCheckpoint:
+        """A consistent copy of this shard (parameters, optimizer, aggregator) at the current version."""
+        assert self.checkpointer is not None and self.shard is not None and self.total_numel is not None
+        trained_s = max(0.0, self._since_first_update())
+        return self.checkpointer.capture(self.config.ps_index, self.config.num_ps, self.total_numel, self.shard,
+                                         self.aggregator, trained_s)
+
+    def restore(self, checkpoint: ShardCheckpoint, version_at_exit: int | None = None) -> None:
+        """Continue from a checkpoint: same parameters, optimizer state, version and plan.
+        Workers must register and pull again (a restored PS knows no worker). `version_at_exit`
+        (what the previous incarnation recorded last) gives the updates the checkpoint lacks."""
+        c = self.config
+        if (checkpoint.ps_index, checkpoint.num_ps) != (c.ps_index, c.num_ps):
+            raise ConfigError("restore", checkpoint.ps_index,
+                              f"checkpoint is shard {checkpoint.ps_index} of {checkpoint.num_ps}, this PS is {c.ps_index} of {c.num_ps}")
+        expected = shard_ranges(checkpoint.total_numel, c.num_ps)[c.ps_index]
+        if (expected.start, expected.end) != (checkpoint.range_start, checkpoint.range_end):
+            raise ConfigError("restore", (checkpoint.range_start, checkpoint.range_end), f"does not match the shard range {expected}")
+        self.total_numel = checkpoint.total_numel
+        self.shard = ShardState(expected, checkpoint.param, c.optimizer)
+        self.shard.optimizer.load_state_dict(checkpoint.optimizer)
+        self.aggregator = Aggregator.restore(checkpoint.aggregator)
+        lost = max(0, (version_at_exit or checkpoint.version) - checkpoint.version)
+        self.aggregator.counters["restores"] += 1
+        self.aggregator.counters["updates_lost_in_restart"] += lost
+        trained_s = float(checkpoint.aggregator.get("trained_s", 0.0))
+        self._first_update = time.monotonic() - trained_s if checkpoint.version > 0 else None
+        if self.checkpointer is not None:
+            self.checkpointer.last_version = checkpoint.version
+        log(logger, logging.INFO, "restored from checkpoint", version=checkpoint.version, epoch=self.aggregator.epoch,
+            updates_lost=lost, pending_gradients_lost=checkpoint.aggregator.get("pending", 0))
+
+    async def final_checkpoint(self) -> None:
+        if self.checkpointer is not None and self.shard is not None:
+            await self.checkpointer.save_now(self.capture())
 
     def _pull_view(self) -> tuple[int, int, list[tuple[int, bytes]]]:
         shard = self._require_shard()
@@ -473,6 +530,15 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
     credentials = Credentials.load(config.security)
     server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=credentials.server_interceptors(aio=True))
     servicer = ParameterServer(config)
+    version_at_exit = servicer.checkpointer.open_version_file(config.ps_index) if servicer.checkpointer else None
+    if config.restore_dir:
+        checkpoint = restore_shard(config.restore_dir, config.ps_index)
+        if checkpoint is not None:
+            same_dir = config.checkpoint_dir and Path(config.checkpoint_dir).resolve() == Path(config.restore_dir).resolve()
+            servicer.restore(checkpoint, version_at_exit if same_dir else None)
+            await servicer.final_checkpoint()  # the restore (and its counters) survives the next crash too
+        else:
+            log(logger, logging.WARNING, "no checkpoint to restore: starting fresh", restore_dir=config.restore_dir)
     pb_grpc.add_ParameterServerServicer_to_server(servicer, server)
     port = credentials.add_port(server, address(config.host, config.port))
     if port == 0:
@@ -488,3 +554,4 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
     await stop.wait()
     log(logger, logging.INFO, "shutting down", **servicer.aggregator.accounting())
     await server.stop(grace=1.0)
+    await servicer.final_checkpoint()

@@ -159,6 +159,21 @@ class SecurityConfig:
 
 
 @dataclass(frozen=True)
+class FaultConfig:
+    """Checkpoints and restarts: what a job does when one of its processes dies."""
+
+    checkpoint_every_s: float = 10.0  # each PS checkpoints its shard this often (0 = not by time); always at shutdown
+    checkpoint_every_updates: int = 0  # ... and/or every this many updates (0 = not by count)
+    checkpoint_dir: str | None = None  # default OUT/checkpoints
+    max_restarts: int = 3  # a crashed worker or PS is restarted (a PS from its last checkpoint) this many times per job
+
+    def __post_init__(self) -> None:
+        _require(self.checkpoint_every_s >= 0, "faults.checkpoint_every_s", self.checkpoint_every_s, "must be >= 0")
+        _require(self.checkpoint_every_updates >= 0, "faults.checkpoint_every_updates", self.checkpoint_every_updates, "must be >= 0")
+        _require(self.max_restarts >= 0, "faults.max_restarts", self.max_restarts, "must be >= 0")
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """One training job as `star launch` runs it."""
 
@@ -180,6 +195,8 @@ class JobConfig:
     trace: TraceConfig = field(default_factory=TraceConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS (a token is generated when none is given)
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    resume: str | None = None  # continue a stopped job from its last complete checkpoint set (its OUT or checkpoint dir)
 
     def __post_init__(self) -> None:
         _require(self.workers >= 1, "workers", self.workers, "must be >= 1")
@@ -192,6 +209,8 @@ class JobConfig:
         if self.plan.k is not None:
             _require(self.plan.k <= self.workers, "plan.k", self.plan.k, f"must be <= workers ({self.workers})")
         self.plan.build(self.workers)  # fails early on groups that do not match the workers
+        if self.resume is not None:
+            _require(Path(self.resume).is_dir(), "resume", self.resume, "no such directory")
 
 
 # ------------------------------------------------------------------ dict / TOML / CLI mapping

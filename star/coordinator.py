@@ -34,7 +34,8 @@ from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CONTROL_CHANNEL_OPTIONS, MAX_BATCH_SIZE, MAX_LABEL_CHARS, address, write_ready_file
-from star.rpc.ps_client import PSClient
+from star.ps_watch import PsWatch
+from star.rpc.ps_client import RETRYABLE, PSClient
 from star.rpc.security import Credentials
 from star.tasks import get_task
 
@@ -126,9 +127,14 @@ class ClusterView:
         self._first_report_s: float | None = None
 
     def accept(self, report: pb.IterationReport, now_s: float) -> bool:
-        """Record a report; reports from unknown workers, or going backwards, are counted and ignored."""
+        """Record a report; reports from unknown workers, or going backwards, are counted and ignored.
+        A heartbeat only proves the worker alive (it is blocked, e.g. in an SSGD pull)."""
         if report.worker_id >= self.num_workers:
             return self._ignore("unknown_worker")
+        if report.heartbeat:
+            if report.worker_id in self.reports:
+                self.last_seen_s[report.worker_id] = now_s
+            return False
         history = self.reports.setdefault(report.worker_id, deque(maxlen=self.window))
         if history and report.iteration <= history[-1].iteration:
             return self._ignore("out_of_order")
@@ -142,6 +148,10 @@ class ClusterView:
         if self._first_report_s is None:
             self._first_report_s = now_s
         return True
+
+    def forget(self, worker: int) -> None:
+        """Drop a worker's history (it restarted); it is judged again once it has reported anew."""
+        self.reports.pop(worker, None)
 
     def _ignore(self, reason: str) -> bool:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1
@@ -217,6 +227,10 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         if problem := join_problem(request, self.config.num_workers):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         with self.lock:
+            if request.worker_id in self.cluster.joined:
+                # A restarted worker counts its iterations from 0 again: start its history afresh.
+                self.cluster.forget(request.worker_id)
+                self.events.emit("worker_restarted", worker=request.worker_id, host=request.host, pid=request.pid)
             self.cluster.joined.add(request.worker_id)
             self.events.emit("worker_joined", worker=request.worker_id, host=request.host, pid=request.pid)
             return pb.JoinReply(ps_addresses=self.config.ps_addresses, directives=self._directives_for(request.worker_id))
@@ -289,10 +303,17 @@ class Coordinator:
         self.stop = threading.Event()
         self.credentials = Credentials.load(config.security)
         self.ps = PSClient(config.ps_addresses, credentials=self.credentials)
+        self.ps_watch = PsWatch()
 
     def configure_initial_plan(self) -> None:
+        """Send the configured plan, with an epoch newer than any a (resumed) PS already holds."""
         self.ps.wait_ready(timeout_s=30.0)
-        plan = self.config.plan.build(self.config.num_workers, epoch=1)
+        stats = self.ps.stats()
+        if any(s.version > 0 for s in stats):
+            self.events.emit("resumed", versions=[s.version for s in stats], epochs=[s.plan_epoch for s in stats],
+                             reason="parameter servers restored from checkpoints")
+        self.ps_watch.observe(stats, 0)
+        plan = self.config.plan.build(self.config.num_workers, epoch=max(s.plan_epoch for s in stats) + 1)
         self.ps.configure(plan)
         self.service.plan = plan
         self.events.emit("plan", epoch=plan.epoch, mode=plan.label, plan=plan.describe(), reason="initial plan from config")
@@ -309,13 +330,19 @@ class Coordinator:
         while not self.stop.wait(control.decision_period_s):
             if service.state in ("done", "finished"):
                 return
+            stats = self._watch_ps()
             with service.lock:
                 amp_state = {w: d.amp for w, d in service.directives.items()}
                 summaries = service.cluster.summaries(time.monotonic() - service.started, amp_state)
                 plan = service.plan
             if not summaries or plan is None:
                 continue
-            decision = controller.decide(period, plan, summaries, self._noise_scale())
+            try:
+                decision = controller.decide(period, plan, summaries, self._noise_scale(stats))
+            except Exception as exc:  # noqa: BLE001 - a policy bug must not silently end all control
+                logger.exception("control decision failed")
+                self.events.emit("control_error", error=repr(exc), reason="decision skipped; control goes on")
+                continue
             period += 1
             for event in decision.events:
                 event = dict(event)
@@ -329,21 +356,42 @@ class Coordinator:
                 self._switch_plan(decision.plan)
 
     def _switch_plan(self, plan: SyncPlan) -> None:
-        try:
-            replies = self.ps.configure(plan)
-        except grpc.RpcError as exc:
-            self.events.emit("plan_failed", epoch=plan.epoch, error=str(exc.code()), detail=exc.details())
+        """Send a plan to every PS. A PS that is down gets it when it is back (see _watch_ps);
+        a PS that refuses it makes the switch fail, and the plan in force stays."""
+        answers = self.ps.configure_each(plan)
+        refused = {i: a for i, a in answers.items() if isinstance(a, grpc.RpcError) and a.code() not in RETRYABLE}
+        if refused or all(isinstance(a, grpc.RpcError) for a in answers.values()):
+            error = next(iter(refused.values()), None) or next(iter(answers.values()))
+            self.events.emit("plan_failed", epoch=plan.epoch, error=str(error.code()), detail=error.details())
             return
+        replies = [a for a in answers.values() if not isinstance(a, grpc.RpcError)]
         with self.service.lock:
             self.service.plan = plan
         self.events.emit("plan", epoch=plan.epoch, mode=plan.label, plan=plan.describe(),
-                         flushed=sum(r.flushed for r in replies), released=sum(r.released for r in replies))
+                         flushed=sum(r.flushed for r in replies), released=sum(r.released for r in replies),
+                         **({"pending_ps": sorted(set(answers) - {i for i, a in answers.items() if a in replies})}
+                            if len(replies) < len(answers) else {}))
 
-    def _noise_scale(self) -> float:
-        """B_noise summed over shards; 0 while it cannot be estimated."""
-        try:
-            stats = self.ps.stats()
-        except grpc.RpcError:
+    def _watch_ps(self) -> list:
+        """Stats of every PS; events for a PS that went down or came back from a checkpoint,
+        and the plan in force re-sent to any PS that does not hold it."""
+        stats = self.ps.stats_each()
+        plan = self.service.plan
+        events, resend = self.ps_watch.observe(stats, plan.epoch if plan else 0)
+        for event in events:
+            event = dict(event)
+            self.events.emit(event.pop("kind"), **event)
+        if resend and plan is not None:
+            for index, answer in self.ps.configure_each(plan, only=resend).items():
+                if isinstance(answer, grpc.RpcError):
+                    log(logger, logging.WARNING, "could not re-send the plan", ps=index, error=answer.code())
+                else:
+                    self.events.emit("plan_resent", ps=index, epoch=plan.epoch, reason="the PS did not hold the plan in force")
+        return [s for s in stats if not isinstance(s, grpc.RpcError)]
+
+    def _noise_scale(self, stats: list) -> float:
+        """B_noise summed over shards; 0 while it cannot be estimated (or a PS is down)."""
+        if len(stats) < len(self.config.ps_addresses):
             return 0.0
         small_batch = max((s.noise_small_batch for s in stats), default=0.0)
         big_batch = max((s.noise_big_batch for s in stats), default=0.0)
@@ -458,6 +506,13 @@ class Coordinator:
             "plan_switches": self.events.counts.get("plan", 0) - 1,
             "amp_toggles": self.events.counts.get("amp", 0),
             "final_plan": service.plan.describe() if service.plan else "",
+            "faults": {
+                "workers_lost": self.events.counts.get("worker_lost", 0),
+                "workers_restarted": self.events.counts.get("worker_restarted", 0),
+                "workers_rejoined": self.events.counts.get("worker_rejoined", 0),
+                "ps_restored": self.events.counts.get("ps_restored", 0),
+                "updates_lost": self.ps_watch.updates_lost,
+            },
         }
         tmp = self.out / "result.json.tmp"
         tmp.write_text(json.dumps(result, indent=2))

@@ -60,6 +60,8 @@ class Child:
     name: str
     process: subprocess.Popen
     log_path: Path
+    restart_args: list[str] | None = None  # how to start it again after a crash; None = a crash ends the job
+    restarts: int = 0
 
 
 class ProcessGroup:
@@ -71,9 +73,9 @@ class ProcessGroup:
         self.extra_env = dict(env or {})
         self.children: list[Child] = []
 
-    def spawn(self, name: str, args: list[str]) -> Child:
+    def spawn(self, name: str, args: list[str], log_mode: str = "w") -> Child:
         log_path = self.log_dir / f"{name}.log"
-        handle = open(log_path, "w")
+        handle = open(log_path, log_mode)
         env = dict(
             os.environ,
             PYTHONUNBUFFERED="1",
@@ -92,6 +94,17 @@ class ProcessGroup:
         child = Child(name, process, log_path)
         self.children.append(child)
         return child
+
+    def restart(self, child: Child) -> Child:
+        """Start a crashed child again with its restart_args, appending to its log."""
+        assert child.restart_args is not None
+        with open(child.log_path, "a") as handle:
+            handle.write(f"\n--- restarted by star launch after exit code {child.process.returncode} ---\n")
+        fresh = self.spawn(child.name, child.restart_args, log_mode="a")
+        self.children.remove(fresh)
+        fresh.restart_args, fresh.restarts = child.restart_args, child.restarts + 1
+        self.children[self.children.index(child)] = fresh
+        return fresh
 
     def crashed(self) -> Child | None:
         for child in self.children:
@@ -190,6 +203,8 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
         (out / stale).unlink(missing_ok=True)
     (out / "config.toml").write_text(to_toml(config))
     ready_dir = out / "logs"
+    checkpoints = Path(config.faults.checkpoint_dir or out / "checkpoints")
+    job_id, restore_dir = _job_identity(config, checkpoints)
     credentials = job_credentials(config, out)
     group = ProcessGroup(out / "logs", env={TOKEN_ENV: credentials.token or ""})
     security = _security_flags(config)
@@ -209,14 +224,20 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
             ready = ready_dir / f"ps{i}.ready"
             ready.unlink(missing_ok=True)
             opt = {k: v for k, v in vars(optimizer).items()}
-            child = group.spawn(
-                f"ps{i}",
-                ["ps", "--ps-index", str(i), "--num-ps", str(config.ps), "--host", config.host, "--port", "0",
-                 "--nonfinite", config.nonfinite, "--threads", str(config.threads_per_process),
-                 "--ready-file", str(ready), *_flag_args("optimizer.", opt), *security],
-            )
-            ps_addresses.append((child, ready))
-        addresses = [address(config.host, _wait_ready(group, c, r, startup_timeout_s)) for c, r in ps_addresses]
+            args = ["ps", "--ps-index", str(i), "--num-ps", str(config.ps), "--host", config.host, "--port", "0",
+                    "--nonfinite", config.nonfinite, "--threads", str(config.threads_per_process),
+                    "--ready-file", str(ready), *_flag_args("optimizer.", opt), *security,
+                    "--checkpoint-dir", str(checkpoints), "--job-id", job_id,
+                    "--checkpoint-every-s", str(config.faults.checkpoint_every_s),
+                    "--checkpoint-every-updates", str(config.faults.checkpoint_every_updates)]
+            child = group.spawn(f"ps{i}", args + (["--restore-dir", str(restore_dir)] if restore_dir else []))
+            ps_addresses.append((child, ready, args))
+        addresses = []
+        for child, ready, args in ps_addresses:
+            port = _wait_ready(group, child, ready, startup_timeout_s)
+            addresses.append(address(config.host, port))
+            # A crashed PS comes back on the same port from its own newest checkpoint.
+            child.restart_args = _with_flag(args, "--port", str(port)) + ["--restore-dir", str(checkpoints)]
 
         ready = ready_dir / "coordinator.ready"
         ready.unlink(missing_ok=True)
@@ -237,16 +258,14 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
 
         trace = config.trace
         for w in range(config.workers):
-            group.spawn(
-                f"worker{w}",
-                ["worker", "--worker-id", str(w), "--num-workers", str(config.workers), "--task", config.task,
-                 "--seed", str(config.seed), "--coordinator", coordinator_address,
-                 "--threads", str(config.threads_per_process),
-                 *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
-                 *(["--trace-path", str(trace.path), "--trace-stretch", str(trace.stretch)] if trace.path else []),
-                 *(["--trace-workers", trace.workers] if trace.path and trace.workers else []), *security],
-            )
-        _monitor(group, coordinator_address, progress, credentials)
+            args = ["worker", "--worker-id", str(w), "--num-workers", str(config.workers), "--task", config.task,
+                    "--seed", str(config.seed), "--coordinator", coordinator_address,
+                    "--threads", str(config.threads_per_process),
+                    *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
+                    *(["--trace-path", str(trace.path), "--trace-stretch", str(trace.stretch)] if trace.path else []),
+                    *(["--trace-workers", trace.workers] if trace.path and trace.workers else []), *security]
+            group.spawn(f"worker{w}", args).restart_args = args  # a restarted worker rejoins with current parameters
+        _monitor(group, coordinator_address, progress, credentials, config.faults.max_restarts)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -258,21 +277,69 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     if not result_path.exists():
         raise LaunchError("interrupted before a result was written" if interrupted else f"no result written to {result_path}")
     result = json.loads(result_path.read_text())
-    result.update(wall_s=round(time.monotonic() - started, 3), interrupted=interrupted, out=str(out))
+    result.update(wall_s=round(time.monotonic() - started, 3), interrupted=interrupted, out=str(out),
+                  restarts={c.name: c.restarts for c in group.children if c.restarts}, job_id=job_id,
+                  resumed_from=str(restore_dir) if restore_dir else None)
     result_path.write_text(json.dumps(result, indent=2))
     return result
 
 
+def _with_flag(args: list[str], flag: str, value: str) -> list[str]:
+    args = list(args)
+    args[args.index(flag) + 1] = value
+    return args
+
+
+def resolve_checkpoint_dir(path: str | Path) -> Path:
+    """`--resume` takes a job's OUT directory or its checkpoint directory."""
+    path = Path(path)
+    return path / "checkpoints" if (path / "checkpoints" / "manifest.json").exists() else path
+
+
+def _job_identity(config: JobConfig, checkpoints: Path) -> tuple[str, Path | None]:
+    """(job id, directory to restore from): a fresh id, or the resumed job's, after checking its checkpoint set."""
+    from star.checkpoint import CheckpointError, JobManifest, latest_complete, write_manifest
+
+    restore_dir = None
+    job_id = secrets.token_hex(8)
+    if config.resume:
+        restore_dir = resolve_checkpoint_dir(config.resume)
+        try:
+            manifest, shards = latest_complete(restore_dir)
+        except CheckpointError as exc:
+            raise LaunchError(f"cannot resume: {exc}") from None
+        if manifest.num_ps != config.ps:
+            raise LaunchError(f"cannot resume: the checkpoint has {manifest.num_ps} PS shards, ps={config.ps}")
+        if manifest.task and manifest.task != config.task:
+            raise LaunchError(f"cannot resume: the checkpoint is of task {manifest.task!r}, task={config.task!r}")
+        job_id = manifest.job_id
+    write_manifest(checkpoints, JobManifest(job_id, config.ps, config.task))
+    return job_id, restore_dir
+
+
+def should_restart(child: Child, max_restarts: int) -> bool:
+    """Workers and PSs come back after a crash (a PS from its checkpoint) until the budget is spent."""
+    return child.restart_args is not None and child.restarts < max_restarts
+
+
 def _monitor(
-    group: ProcessGroup, coordinator_address: str, progress: Callable[[str], None] | None, credentials: Credentials
+    group: ProcessGroup, coordinator_address: str, progress: Callable[[str], None] | None, credentials: Credentials,
+    max_restarts: int = 0,
 ) -> None:
-    """Poll the coordinator until the job is finished; fail fast when a child crashes."""
+    """Poll the coordinator until the job is finished; restart a crashed worker or PS while the
+    restart budget lasts, and fail when anything else crashes."""
     channel = credentials.channel(coordinator_address, CONTROL_CHANNEL_OPTIONS)
     stub = pb_grpc.CoordinatorStub(channel)
     last_print = 0.0
     try:
         while True:
             crashed = group.crashed()
+            if crashed is not None and should_restart(crashed, max_restarts):
+                code = crashed.process.returncode
+                fresh = group.restart(crashed)
+                if progress:
+                    progress(f"{crashed.name} exited with code {code}; restarted ({fresh.restarts}/{max_restarts})")
+                continue
             if crashed is not None:
                 raise LaunchError(
                     f"{crashed.name} exited with code {crashed.process.returncode}; last lines of {crashed.log_path}:\n"

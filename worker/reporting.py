@@ -95,6 +95,13 @@ class CoordinatorLink:
                 pass
             self._queue.put_nowait(message)
 
+    def heartbeat(self, iteration: int) -> None:
+        """Say "alive, just blocked": a worker waiting on others must not be taken for lost."""
+        try:
+            self._queue.put_nowait(pb.IterationReport(worker_id=self.worker_id, iteration=iteration, heartbeat=True))
+        except queue.Full:
+            pass  # reports are queued: those prove liveness too
+
     def directives(self) -> pb.Directives | None:
         with self._lock:
             return self._latest

@@ -51,7 +51,7 @@ class WorkerConfig:
     device: str = "cpu"  # cpu | cuda
     threads: int = 1  # torch intra-op threads
     max_iterations: int | None = None  # stop after this many iterations (None: until told)
-    pull_poll_s: float = 2.0  # a blocked pull is re-issued this often, so a stop is noticed
+    pull_poll_s: float = 1.0  # a blocked pull is re-issued this often (and a heartbeat sent), so a stop is noticed
     ps_retry_attempts: int = 8  # unreachable PS: tries before exiting non-zero
     ps_retry_base_s: float = 0.25  # first backoff delay, doubled per try (capped at 5 s)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS for every channel
@@ -61,6 +61,7 @@ class Worker:
     def __init__(self, config: WorkerConfig):
         self.config = config
         self.stop = threading.Event()
+        self.link: CoordinatorLink | None = None  # set in run() when a coordinator is given
         self.device = torch.device(config.device)
         self.task = get_task(config.task)
         self.model = self.task.build_model(config.seed).to(self.device)
@@ -83,7 +84,7 @@ class Worker:
     def run(self) -> int:
         c = self.config
         credentials = Credentials.load(c.security)
-        link = CoordinatorLink(c.coordinator, c.worker_id, credentials=credentials) if c.coordinator else None
+        link = self.link = CoordinatorLink(c.coordinator, c.worker_id, credentials=credentials) if c.coordinator else None
         addresses = list(c.ps_addresses) or (link.join(self.batch_size, self.amp.enabled, self.stop) if link else [])
         if not addresses:
             raise WorkerExit("no parameter servers: give ps_addresses or a coordinator")
@@ -163,6 +164,11 @@ class Worker:
         if accepted:
             log(logger, logging.INFO, "initialised parameter servers", count=accepted)
 
+    def _rejoin(self, ps: PSClient, exc: grpc.RpcError) -> None:
+        log(logger, logging.WARNING, "a parameter server does not know this worker (restarted?): registering again",
+            detail=exc.details())
+        self._connect(ps)
+
     def _pull(self, ps: PSClient) -> bool:
         """Blocking pull, re-issued every pull_poll_s so that a stop request is noticed."""
         failures = 0
@@ -172,7 +178,12 @@ class Worker:
                 return True
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    if self.link is not None:
+                        self.link.heartbeat(self.iteration)
                     continue  # still blocked on the round: normal under SSGD with a straggler
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    self._rejoin(ps, exc)  # a PS restarted from its checkpoint and does not know us
+                    continue
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise
                 failures += 1
@@ -189,6 +200,9 @@ class Worker:
                 self.flat.grads.mul_(self.batch_size / self.base_batch)
             self._retry("push", lambda: ps.push(self.flat.grads, self.iteration, timeout_s=30.0, batch_size=self.batch_size))
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                self._rejoin(ps, exc)  # this gradient is lost with the PS's state; pull again
+                return
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 # The plan changed (or the round closed) while we computed: pull again.
                 self.stale_pushes += 1

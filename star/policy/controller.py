@@ -103,7 +103,10 @@ class ControlDecision:
 
 
 def without_workers(plan: SyncPlan, gone: frozenset[int]) -> SyncPlan:
-    """The plan minus lost workers (empty groups disappear, quorums shrink to fit)."""
+    """The plan minus lost workers (empty groups disappear, quorums shrink to fit).
+    When every worker is gone the plan stays as it is: there is nobody to synchronise."""
+    if set(plan.workers) <= gone:
+        return plan
     groups, quorum = [], []
     for group, q in zip(plan.groups, plan.quorum):
         kept = tuple(w for w in group if w not in gone)

@@ -158,6 +158,25 @@ class PSClient:
     def stats(self, timeout_s: float = 5.0) -> list[pb.PsStats]:
         return self._each(lambda i, s: s.Stats(pb.StatsRequest(), timeout=timeout_s))
 
+    def stats_each(self, timeout_s: float = 5.0) -> list[pb.PsStats | grpc.RpcError]:
+        """Every PS's stats, or the error it answered with (one PS down does not hide the others)."""
+        return self._each(lambda i, s: _or_error(lambda: s.Stats(pb.StatsRequest(), timeout=timeout_s)))
+
+    def configure_each(self, plan: SyncPlan, timeout_s: float = 10.0, only: set[int] | None = None) -> dict[int, pb.ConfigureReply | grpc.RpcError]:
+        """Send the plan to every PS (or those in `only`); per PS its reply or its error."""
+        message = plan_to_proto(plan)
+        targets = [i for i in range(len(self._stubs)) if only is None or i in only]
+        futures = {i: self._pool.submit(_or_error, lambda s=self._stubs[i]: s.ConfigurePlan(message, timeout=timeout_s))
+                   for i in targets}
+        return {i: f.result() for i, f in futures.items()}
+
+
+def _or_error(call: Callable[[], T]) -> T | grpc.RpcError:
+    try:
+        return call()
+    except grpc.RpcError as exc:
+        return exc
+
 
 def with_retries(call: Callable[[], T], *, attempts: int, base_delay_s: float, on_retry: Callable[[int, Exception], None]) -> T:
     """Retry `call` on UNAVAILABLE/DEADLINE_EXCEEDED with exponential backoff, then re-raise."""

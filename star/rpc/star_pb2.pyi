@@ -271,7 +271,7 @@ class JoinReply(_message.Message):
     def __init__(self, ps_addresses: _Optional[_Iterable[str]] = ..., directives: _Optional[_Union[Directives, _Mapping]] = ...) -> None: ...
 
 class IterationReport(_message.Message):
-    __slots__ = ("worker_id", "iteration", "compute_s", "push_s", "pull_s", "batch_size", "amp", "loss", "slowdown", "cpu_percent")
+    __slots__ = ("worker_id", "iteration", "compute_s", "push_s", "pull_s", "batch_size", "amp", "loss", "slowdown", "cpu_percent", "heartbeat")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
@@ -282,6 +282,7 @@ class IterationReport(_message.Message):
     LOSS_FIELD_NUMBER: _ClassVar[int]
     SLOWDOWN_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     iteration: int
     compute_s: float
@@ -292,7 +293,8 @@ class IterationReport(_message.Message):
     loss: float
     slowdown: float
     cpu_percent: float
-    def __init__(self, worker_id: _Optional[int] = ..., iteration: _Optional[int] = ..., compute_s: _Optional[float] = ..., push_s: _Optional[float] = ..., pull_s: _Optional[float] = ..., batch_size: _Optional[int] = ..., amp: _Optional[bool] = ..., loss: _Optional[float] = ..., slowdown: _Optional[float] = ..., cpu_percent: _Optional[float] = ...) -> None: ...
+    heartbeat: bool
+    def __init__(self, worker_id: _Optional[int] = ..., iteration: _Optional[int] = ..., compute_s: _Optional[float] = ..., push_s: _Optional[float] = ..., pull_s: _Optional[float] = ..., batch_size: _Optional[int] = ..., amp: _Optional[bool] = ..., loss: _Optional[float] = ..., slowdown: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., heartbeat: _Optional[bool] = ...) -> None: ...
 
 class SetDirectivesRequest(_message.Message):
     __slots__ = ("worker_id", "directives")

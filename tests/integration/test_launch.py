@@ -114,11 +114,11 @@ def _descendants_alive(pids: list[int]) -> list[int]:
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
-def _start_endless_job(out: Path) -> subprocess.Popen:
+def _start_endless_job(out: Path, *extra: str) -> subprocess.Popen:
     """A `star launch` that would train for minutes (unreachable target), once it is training."""
     process = subprocess.Popen(
         [sys.executable, "-m", "star.cli", "launch", "--task", "digits", "--workers", "2", "--ps", "1", "--max-time-s", "300",
-         "--target", "1.01", "--out", str(out)],
+         "--target", "1.01", "--out", str(out), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
@@ -146,8 +146,8 @@ def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
     assert result["interrupted"] is True and result["reached"] is False
 
 
-def test_a_crashed_child_fails_the_launch_and_stops_the_rest(tmp_path):
-    process = _start_endless_job(tmp_path)
+def test_a_crashed_child_with_no_restarts_left_fails_the_launch_and_stops_the_rest(tmp_path):
+    process = _start_endless_job(tmp_path, "--faults.max-restarts", "0")
     try:
         children = psutil.Process(process.pid).children(recursive=True)
         worker = next(c for c in children if c.cmdline()[3:4] == ["worker"])  # python -m star.cli worker ...

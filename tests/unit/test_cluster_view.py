@@ -42,3 +42,20 @@ def test_summaries_use_reports_under_the_current_amp_setting_per_sample():
     assert off.per_sample_s == pytest.approx(0.002) and off.reports == 4 and off.amp_reports == 0  # the window is the latest 4
     assert on.per_sample_s == pytest.approx(0.001) and on.reports == 3 and on.amp_reports == 3 and on.batch_size == 16
     assert on.silent_s == pytest.approx(2.0)
+
+
+def test_a_heartbeat_keeps_a_blocked_worker_from_looking_silent_without_adding_timings():
+    view = ClusterView(num_workers=2, window=8)
+    view.accept(_report(worker=0, iteration=1), now_s=0.0)
+    assert not view.accept(pb.IterationReport(worker_id=0, iteration=1, heartbeat=True), now_s=9.0)
+    summary = view.summaries(now_s=10.0, amp_state={})[0]
+    assert summary.silent_s == pytest.approx(1.0) and summary.reports == 1
+
+
+def test_a_restarted_worker_starts_a_fresh_history():
+    view = ClusterView(num_workers=1, window=8)
+    for iteration in (1, 2, 3):
+        view.accept(_report(iteration=iteration), now_s=float(iteration))
+    view.forget(0)
+    assert view.accept(_report(iteration=1), now_s=5.0)  # not "out of order" any more
+    assert view.summaries(now_s=5.0, amp_state={})[0].reports == 1

@@ -1,0 +1,153 @@
+"""Faults during a real job: a killed worker or PS, a frozen worker, a stop and resume.
+
+Each test runs a whole `star launch` job (in a thread of this process, so its daemons
+are this process's children and are cleaned up by the launcher even when an assertion
+fails) and injects the fault from outside, as an operator's `kill` would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from star.config import JobConfig, from_dict
+from star.launch import launch
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT_S = 240.0
+
+
+def _events(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+
+
+def _child(role: str, index: int) -> psutil.Process:
+    """This process's `star <role>` daemon with the given index (python -m star.cli <role> --<role>-index N ...)."""
+    flag = "--worker-id" if role == "worker" else "--ps-index"
+    for child in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            cmd = child.cmdline()
+        except psutil.NoSuchProcess:
+            continue
+        if cmd[3:4] == [role] and flag in cmd and cmd[cmd.index(flag) + 1] == str(index):
+            return child
+    raise AssertionError(f"no {role} {index} among this process's children")
+
+
+def _version(out: Path) -> int:
+    curve = out / "curve.csv"
+    lines = curve.read_text().splitlines() if curve.exists() else []
+    return int(lines[-1].split(",")[1]) if len(lines) > 1 else 0
+
+
+def _wait_version(out: Path, version: int, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _version(out) < version:
+        assert time.monotonic() < deadline, f"training did not reach version {version}"
+        time.sleep(0.2)
+
+
+class Job:
+    """A launched job running in a thread."""
+
+    def __init__(self, out: Path, **fields):
+        data = {"task": "digits", "workers": 4, "ps": 2, "out": str(out), "max_time_s": 120.0, **fields}
+        self.config = from_dict(JobConfig, data)
+        self.outcome: dict = {}
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.outcome["result"] = launch(self.config)
+        except Exception as exc:  # noqa: BLE001 - re-raised in result()
+            self.outcome["error"] = exc
+
+    def result(self) -> dict:
+        self.thread.join(TIMEOUT_S)
+        assert not self.thread.is_alive(), "the job did not end"
+        if "error" in self.outcome:
+            raise self.outcome["error"]
+        return self.outcome["result"]
+
+
+def _accounted(result: dict) -> None:
+    for ps in result["ps_stats"]:
+        assert ps["accepted"] == ps["applied"] + ps["dropped"] + ps["pending"], ps
+
+
+def test_ssgd_reaches_its_target_when_a_worker_is_killed_and_restarted(tmp_path):
+    job = Job(tmp_path)
+    _wait_version(tmp_path, 10)
+    _child("worker", 1).send_signal(signal.SIGKILL)
+    result = job.result()
+    assert result["reached"], result
+    assert result["restarts"] == {"worker1": 1}
+    kinds = [e["kind"] for e in _events(tmp_path)]
+    assert "worker_restarted" in kinds
+    _accounted(result)
+
+
+def test_a_silent_worker_is_dropped_from_the_ssgd_plan_and_taken_back_when_it_reports_again(tmp_path):
+    job = Job(tmp_path, control={"lost_after_s": 3.0}, stop_at_target=False, max_time_s=40.0)
+    _wait_version(tmp_path, 10)
+    frozen = _child("worker", 2)
+    frozen.suspend()  # SIGSTOP: alive but silent, as a hung host would be
+    try:
+        deadline = time.monotonic() + 60
+        while not any(e["kind"] == "worker_lost" for e in _events(tmp_path)):
+            assert time.monotonic() < deadline, "the silent worker was never marked lost"
+            time.sleep(0.5)
+        version = _version(tmp_path)
+        _wait_version(tmp_path, version + 10, timeout_s=30)  # SSGD goes on without it
+    finally:
+        frozen.resume()
+    deadline = time.monotonic() + 60
+    while not any(e["kind"] == "worker_rejoined" for e in _events(tmp_path)):
+        assert time.monotonic() < deadline, "the worker was never taken back"
+        time.sleep(0.5)
+    result = job.result()
+    plans = [e for e in _events(tmp_path) if e["kind"] == "plan"]
+    assert "groups=[0,1,3]" in plans[1]["plan"] and "groups=[0,1,2,3]" in plans[-1]["plan"]
+    assert result["faults"]["workers_lost"] == 1 and result["faults"]["workers_rejoined"] == 1
+    _accounted(result)
+
+
+def test_a_killed_ps_restarts_from_its_checkpoint_and_the_job_reaches_its_target(tmp_path):
+    job = Job(tmp_path, faults={"checkpoint_every_updates": 5, "checkpoint_every_s": 0.0})
+    _wait_version(tmp_path, 12)
+    _child("ps", 1).send_signal(signal.SIGKILL)
+    result = job.result()
+    assert result["reached"], result
+    assert result["restarts"] == {"ps1": 1}
+    restored = [e for e in _events(tmp_path) if e["kind"] == "ps_restored"]
+    assert len(restored) == 1 and restored[0]["ps"] == 1
+    assert 0 <= restored[0]["updates_lost"] < 5 + 1  # bounded by the checkpoint interval
+    assert result["faults"]["updates_lost"] == restored[0]["updates_lost"]
+
+
+def test_a_stopped_job_resumes_from_its_checkpoints(tmp_path):
+    first = tmp_path / "first"
+    job = Job(first, target=1.01, max_time_s=6.0)  # stops on time, writing a final checkpoint per PS
+    stopped = job.result()
+    assert not stopped["reached"] and stopped["updates"] > 0
+    from star.checkpoint import latest_complete
+
+    _, shards = latest_complete(first / "checkpoints")
+    saved = [s.version for s in shards]  # the final checkpoints, written after the last worker stopped
+    assert saved[0] == saved[1] >= stopped["updates"]
+
+    second = tmp_path / "second"
+    resumed = Job(second, resume=str(first)).result()
+    assert resumed["reached"] and resumed["resumed_from"].endswith("checkpoints")
+    kinds = [e for e in _events(second) if e["kind"] == "resumed"]
+    assert kinds and kinds[0]["versions"] == saved
+    assert resumed["updates"] > saved[0]
