@@ -25,7 +25,8 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, prefix: str = ""
         if dataclasses.is_dataclass(hint):
             add_config_args(parser, hint, prefix=f"{dotted}.")
             continue
-        flags = sorted({f"--{dotted}", f"--{dotted.replace('_', '-').replace('.', '-')}"}, key=len)
+        # --plan.late_policy, --plan.late-policy and --plan-late-policy all name plan.late_policy.
+        flags = sorted({f"--{dotted}", f"--{dotted.replace('_', '-')}", f"--{dotted.replace('_', '-').replace('.', '-')}"}, key=len)
         help_text = docs.get(f.name, "")
         if hint is bool or bool in typing.get_args(hint):
             parser.add_argument(*flags, dest=dotted, action="store_const", const=True, default=argparse.SUPPRESS, help=help_text)

@@ -99,13 +99,15 @@ def test_bad_config_fails_at_start_naming_the_field(tmp_path):
     assert not (tmp_path / "logs").exists()
 
 
-def _wait_for_training(out: Path, timeout_s: float = 120.0) -> None:
+def _wait_for_training(out: Path, process: subprocess.Popen, timeout_s: float = 120.0) -> None:
     """Until the evaluator has recorded a first point (so every daemon is up and training)."""
     curve = out / "curve.csv"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if curve.exists() and len(curve.read_text().splitlines()) >= 2:
             return
+        if process.poll() is not None:
+            raise AssertionError(f"star launch exited with code {process.returncode} before training:\n{process.stdout.read()}")
         time.sleep(0.5)
     raise AssertionError(f"no training within {timeout_s} s")
 
@@ -122,7 +124,7 @@ def _start_endless_job(out: Path, *extra: str) -> subprocess.Popen:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        _wait_for_training(out)
+        _wait_for_training(out, process)
     except AssertionError:
         process.kill()
         raise

@@ -52,6 +52,13 @@ def test_flags_override_toml_and_dotted_and_dashed_flags_agree(tmp_path):
     assert (config.workers, config.plan.mode, config.plan.k, config.trace.stretch) == (8, "kofn", 3, 0.5)
 
 
+@pytest.mark.parametrize("flag", ["--faults.max_restarts", "--faults.max-restarts", "--faults-max-restarts"])
+def test_every_spelling_of_a_nested_flag_sets_the_field(flag):
+    parser = argparse.ArgumentParser()
+    add_config_args(parser, JobConfig)
+    assert config_from_args(JobConfig, parser.parse_args([flag, "0"])).faults.max_restarts == 0
+
+
 def test_plan_config_builds_the_documented_defaults():
     job = from_dict(JobConfig, {"workers": 4, "plan": {"mode": "kofn"}})
     assert job.plan.build(4).quorum == (3,)
