@@ -70,18 +70,6 @@ class ShardCheckpointer:
         self._version_file = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         return previous
 
-    def capture(self, ps_index: int, num_ps: int, total_numel: int, shard, aggregator: Aggregator,
-                trained_s: float) -> ShardCheckpoint:
-        """A consistent copy of the shard at the aggregator's current version."""
-        state = aggregator.export_state()
-        state["trained_s"] = trained_s
-        optimizer = shard.optimizer.state_dict()
-        optimizer = {"state": {k: {n: (v.clone() if isinstance(v, torch.Tensor) else v) for n, v in s.items()}
-                               for k, s in optimizer["state"].items()},
-                     "param_groups": optimizer["param_groups"]}
-        return ShardCheckpoint(self.job_id, ps_index, num_ps, total_numel, shard.range.start, shard.range.end,
-                               shard.param.detach().clone(), optimizer, state)
-
     def maybe_save(self, version: int, capture: Callable[[], ShardCheckpoint]) -> None:
         """Start a background write when one is due and none is running (`capture()` makes the copy)."""
         if self._writing is not None and not self._writing.done():
@@ -105,6 +93,22 @@ class ShardCheckpointer:
         self.last_version = checkpoint.version
         log(logger, logging.INFO, "checkpoint written", path=str(path), version=checkpoint.version,
             seconds=round(time.monotonic() - started, 3))
+
+
+def capture_shard(job_id: str, ps_index: int, num_ps: int, total_numel: int, shard, aggregator: Aggregator,
+                  trained_s: float, registered: set[int] | None = None) -> ShardCheckpoint:
+    """A consistent copy of the shard at the aggregator's current version (taken on the event loop).
+    `registered`: the workers it knows, kept when the shard moves (a checkpoint restore forgets them)."""
+    state = aggregator.export_state()
+    state["trained_s"] = trained_s
+    if registered is not None:
+        state["registered"] = sorted(registered)
+    optimizer = shard.optimizer.state_dict()
+    optimizer = {"state": {k: {n: (v.clone() if isinstance(v, torch.Tensor) else v) for n, v in s.items()}
+                           for k, s in optimizer["state"].items()},
+                 "param_groups": optimizer["param_groups"]}
+    return ShardCheckpoint(job_id, ps_index, num_ps, total_numel, shard.range.start, shard.range.end,
+                           shard.param.detach().clone(), optimizer, state)
 
 
 def restore_shard(directory: str, ps_index: int) -> ShardCheckpoint | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import signal
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ import torch
 
 from star.aggregate import Aggregator, Effects, PushRejected, RejectCode
 from star.config import ConfigError, OptimizerConfig, SecurityConfig
-from star.flat import MAX_CHUNK_BYTES, WIRE_DTYPE, ChunkAssembler, FlatError, ShardRange, shard_ranges, tensor_chunks
+from star.flat import MAX_CHUNK_BYTES, SEND_CHUNK_BYTES, WIRE_DTYPE, ChunkAssembler, FlatError, ShardRange, shard_ranges, tensor_chunks
 from star.logs import log
 from star.optim import build_optimizer
 from star.plan import PlanError
@@ -31,6 +32,7 @@ from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import (
     CHANNEL_OPTIONS,
     MAX_BATCH_SIZE,
+    MOVED_TO_KEY,
     MAX_EPOCH,
     MAX_LABEL_CHARS,
     max_stream_chunks,
@@ -40,8 +42,8 @@ from star.rpc.common import (
     write_ready_file,
 )
 from star.rpc.security import Credentials
-from ps_server.checkpointing import CheckpointSchedule, ShardCheckpointer, restore_shard
-from star.checkpoint import ShardCheckpoint
+from ps_server.checkpointing import CheckpointSchedule, ShardCheckpointer, capture_shard, restore_shard
+from star.checkpoint import ShardCheckpoint, shard_from_bytes, shard_to_bytes
 
 logger = logging.getLogger("ps")
 
@@ -71,6 +73,8 @@ class PSConfig:
     checkpoint_every_s: float = 0.0  # ... or after this many seconds (0 = not by time); always at shutdown
     job_id: str = ""  # written into every checkpoint, so shards of different jobs are never mixed
     restore_dir: str | None = None  # start from this PS's newest checkpoint in this directory, when there is one
+    migrate_from: str | None = None  # take the shard over from the PS serving it at this address (a live move)
+    drain_timeout_s: float = 30.0  # handing the shard over: wait this long for the pushes of workers it served
 
     def __post_init__(self) -> None:
         if not 0 <= self.ps_index < max(self.num_ps, 1):
@@ -85,6 +89,10 @@ class PSConfig:
             raise ConfigError("checkpoint_every_updates", self.checkpoint_every_updates, "must be >= 0")
         if self.checkpoint_every_s < 0:
             raise ConfigError("checkpoint_every_s", self.checkpoint_every_s, "must be >= 0")
+        if not self.drain_timeout_s > 0:
+            raise ConfigError("drain_timeout_s", self.drain_timeout_s, "must be > 0")
+        if self.migrate_from is not None and self.restore_dir is not None:
+            raise ConfigError("migrate_from", self.migrate_from, "a PS takes its state from a checkpoint or a live shard, not both")
 
 
 def all_finite(tensor: torch.Tensor) -> bool:
@@ -141,6 +149,15 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         self._waiters: dict[int, asyncio.Future] = {}
         self._started = time.monotonic()
         self._first_update: float | None = None
+        # Handing the shard over (MigrateOut): while draining, pulls are held; once moved, every call is redirected.
+        self.draining = False
+        self.moved_to: str | None = None
+        self._moved_state: bytes | None = None  # what was handed over (sent again if the successor asks again)
+        self._migration_done: asyncio.Event | None = None
+        self._drained: asyncio.Event | None = None
+        self._ready = asyncio.Event()  # unset while a moving shard is on its way here (migrate_from)
+        if config.migrate_from is None:
+            self._ready.set()
         self.checkpointer = (
             ShardCheckpointer(config.checkpoint_dir, config.job_id,
                               CheckpointSchedule(config.checkpoint_every_updates, config.checkpoint_every_s))
@@ -199,6 +216,24 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             )
         return count + 1
 
+    async def _gate(self, context: grpc.aio.ServicerContext, hold_while_draining: bool = True) -> None:
+        """Redirect callers of a shard that moved away; hold them while it is arriving here or leaving."""
+        if not self._ready.is_set():
+            try:
+                await asyncio.wait_for(self._ready.wait(), timeout=self.config.drain_timeout_s)
+            except asyncio.TimeoutError:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "the shard is still on its way to this parameter server")
+        if self.draining and hold_while_draining:
+            await self._migration_done.wait()  # type: ignore[union-attr]
+        if self.moved_to is not None:
+            self.rejected["redirected"] = self.rejected.get("redirected", 0) + 1
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"shard {self.config.ps_index} moved to {self.moved_to}",
+                                trailing_metadata=((MOVED_TO_KEY, self.moved_to),))
+
+    def _check_drained(self) -> None:
+        if self._drained is not None and not self.aggregator.outstanding:
+            self._drained.set()
+
     async def _reject(self, context: grpc.aio.ServicerContext, error: _Rejected) -> None:
         self.rejected[error.reason] = self.rejected.get(error.reason, 0) + 1
         log(logger, logging.DEBUG, "rejected", reason=error.reason, detail=error.message)
@@ -226,16 +261,17 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         if effects.applies and self.checkpointer is not None:
             self.checkpointer.record_version(self.aggregator.version)
             self.checkpointer.maybe_save(self.aggregator.version, self.capture)
+        self._check_drained()
 
     # ---- checkpoints -----------------------------------------------------------
     def capture(self) -> ShardCheckpoint:
         """A consistent copy of this shard (parameters, optimizer, aggregator) at the current version."""
-        assert self.checkpointer is not None and self.shard is not None and self.total_numel is not None
+        assert self.shard is not None and self.total_numel is not None
         trained_s = max(0.0, self._since_first_update())
-        return self.checkpointer.capture(self.config.ps_index, self.config.num_ps, self.total_numel, self.shard,
-                                         self.aggregator, trained_s)
+        return capture_shard(self.config.job_id, self.config.ps_index, self.config.num_ps, self.total_numel, self.shard,
+                             self.aggregator, trained_s)
 
-    def restore(self, checkpoint: ShardCheckpoint, version_at_exit: int | None = None) -> None:
+    def restore(self, checkpoint: ShardCheckpoint, version_at_exit: int | None = None, moved: bool = False) -> None:
         """Continue from a checkpoint: same parameters, optimizer state, version and plan.
         Workers must register and pull again (a restored PS knows no worker). `version_at_exit`
         (what the previous incarnation recorded last) gives the updates the checkpoint lacks."""
@@ -251,8 +287,13 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         self.shard.optimizer.load_state_dict(checkpoint.optimizer)
         self.aggregator = Aggregator.restore(checkpoint.aggregator)
         lost = max(0, (version_at_exit or checkpoint.version) - checkpoint.version)
-        self.aggregator.counters["restores"] += 1
-        self.aggregator.counters["updates_lost_in_restart"] += lost
+        if moved:  # a live hand-over: nothing was lost, and the workers it knew stay known
+            self.aggregator.counters["moved_in"] += 1
+            self.aggregator.counters["moved_in_at_version"] = checkpoint.version
+            self.registered = {int(w) for w in checkpoint.aggregator.get("registered", [])}
+        else:
+            self.aggregator.counters["restores"] += 1
+            self.aggregator.counters["updates_lost_in_restart"] += lost
         trained_s = float(checkpoint.aggregator.get("trained_s", 0.0))
         self._first_update = time.monotonic() - trained_s if checkpoint.version > 0 else None
         if self.checkpointer is not None:
@@ -261,7 +302,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             updates_lost=lost, pending_gradients_lost=checkpoint.aggregator.get("pending", 0))
 
     async def final_checkpoint(self) -> None:
-        if self.checkpointer is not None and self.shard is not None:
+        if self.checkpointer is not None and self.shard is not None and self.moved_to is None:  # a moved shard is not ours
             await self.checkpointer.save_now(self.capture())
 
     def _pull_view(self) -> tuple[int, int, list[tuple[int, bytes]]]:
@@ -271,6 +312,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
 
     # ---- RPCs ------------------------------------------------------------------
     async def Register(self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext) -> pb.RegisterReply:
+        await self._gate(context)
         try:
             self._check_worker_id(request.worker_id)
             self._check_total_numel(request.total_numel)
@@ -291,6 +333,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         return reply
 
     async def Init(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.InitReply:
+        await self._gate(context)
         try:
             header, shard_range, assembler, chunks = None, None, None, 0
             async for message in self._messages(request_iterator, "Init"):
@@ -350,8 +393,11 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_length", str(exc)) from None
 
     async def Push(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.PushReply:
+        await self._gate(context, hold_while_draining=False)
         try:
             header, gradient = await self._receive_push(request_iterator)
+            if (self.draining or self.moved_to) and header.worker_id not in self.aggregator.outstanding:
+                await self._gate(context)  # only gradients of pulls served here are taken before the shard leaves
             usable = all_finite(gradient)
             if not usable and self.config.nonfinite == "reject":
                 raise _Rejected(
@@ -411,6 +457,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
 
     async def Pull(self, request: pb.PullRequest, context: grpc.aio.ServicerContext):
         worker = request.worker_id
+        await self._gate(context, hold_while_draining=not request.observer)
         try:
             shard = self._require_shard()
             self._check_worker_id(worker)
@@ -419,11 +466,35 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         except _Rejected as error:
             await self._reject(context, error)
             raise
-        if request.observer:
-            view = self._pull_view()
-        elif self.aggregator.pull(worker).ready:
-            view = self._pull_view()
-        else:
+        view = self._pull_view() if request.observer else await self._wait_for_round(worker)
+        if view is None:  # the shard moved away while this pull waited
+            await self._gate(context)
+            return
+        version, epoch, chunks = view
+        yield pb.PullReply(
+            header=pb.PullHeader(
+                version=version,
+                plan_epoch=epoch,
+                numel=shard.range.numel,
+                dtype=WIRE_DTYPE,
+                range_start=shard.range.start,
+                since_first_update_s=self._since_first_update(),
+                push_pace_bytes_per_s=(self.aggregator.plan.push_pace_bytes_per_s or 0.0) if self.aggregator.plan else 0.0,
+            )
+        )
+        for offset, data in chunks:
+            yield pb.PullReply(chunk=pb.TensorChunk(offset=offset, data=data))
+
+    async def _wait_for_round(self, worker: int) -> tuple[int, int, list[tuple[int, bytes]]] | None:
+        """The parameters this worker may compute on next, once its group's round allows; None when the
+        shard started to move meanwhile (a pull released then is not served here: the successor serves it)."""
+        while True:
+            if self.draining or self.moved_to is not None:
+                await self._migration_done.wait()  # type: ignore[union-attr]
+                if self.moved_to is not None:
+                    return None
+            if self.aggregator.pull(worker).ready:
+                return self._pull_view()
             previous = self._waiters.pop(worker, None)
             if previous is not None and not previous.done():
                 previous.cancel()
@@ -436,21 +507,77 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
                     del self._waiters[worker]
                     self.aggregator.cancel_pull(worker)
                 raise
-        version, epoch, chunks = view
-        yield pb.PullReply(
-            header=pb.PullHeader(
-                version=version,
-                plan_epoch=epoch,
-                numel=shard.range.numel,
-                dtype=WIRE_DTYPE,
-                range_start=shard.range.start,
-                since_first_update_s=self._since_first_update(),
-            )
-        )
-        for offset, data in chunks:
-            yield pb.PullReply(chunk=pb.TensorChunk(offset=offset, data=data))
+            if not self.draining and self.moved_to is None and view is not None:
+                return view
+            self.aggregator.forget_pull(worker)
+            self._check_drained()
+
+    # ---- handing the shard over ----------------------------------------------------
+    async def MigrateOut(self, request: pb.MigrateOutRequest, context: grpc.aio.ServicerContext):
+        """Hand this shard to its successor at `new_address` without losing an update (see the proto)."""
+        new = request.new_address
+        resend = self.moved_to is not None
+        try:
+            if not new or len(new) > MAX_LABEL_CHARS:
+                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_address", f"new_address {new[:64]!r} must be 1..{MAX_LABEL_CHARS} characters")
+            if not (math.isfinite(request.drain_timeout_s) and 0 <= request.drain_timeout_s <= 3600):
+                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_timeout", f"drain_timeout_s={request.drain_timeout_s} must be in [0, 3600]")
+            if resend and new != self.moved_to:
+                raise _Rejected(grpc.StatusCode.FAILED_PRECONDITION, "moved", f"this shard already moved to {self.moved_to}")
+            if not resend:
+                self._require_shard()
+                if self.draining:
+                    raise _Rejected(grpc.StatusCode.FAILED_PRECONDITION, "moving", "this shard is already being handed over")
+        except _Rejected as error:
+            await self._reject(context, error)
+            raise
+        data = self._moved_state if resend else await self._drain_and_export(new, request.drain_timeout_s or self.config.drain_timeout_s)
+        assert data is not None
+        try:
+            for offset in range(0, len(data), SEND_CHUNK_BYTES):
+                yield pb.MigrateChunk(data=data[offset : offset + SEND_CHUNK_BYTES], total_bytes=len(data) if offset == 0 else 0)
+        except BaseException:
+            if not resend:
+                self._end_migration(None)  # the successor did not get it all: keep serving here
+            raise
+        if not resend:
+            self._moved_state = data
+            self._end_migration(new)
+
+    async def _drain_and_export(self, new_address: str, timeout_s: float) -> bytes:
+        """Hold new pulls, take the pushes of every pull already served, close open rounds, serialise."""
+        self.draining = True
+        self._migration_done, self._drained = asyncio.Event(), asyncio.Event()
+        for worker, future in list(self._waiters.items()):  # blocked pulls: they will be served by the successor
+            if not future.done():
+                future.set_result(None)
+            self._waiters.pop(worker, None)
+        self._check_drained()
+        try:
+            await asyncio.wait_for(self._drained.wait(), timeout=timeout_s)
+        except asyncio.TimeoutError:
+            log(logger, logging.WARNING, "drain timed out: those workers' next pushes are refused, they pull again",
+                outstanding=sorted(self.aggregator.outstanding))
+        self._carry_out(self.aggregator.close_open_rounds())
+        self.aggregator.counters["moved_out"] += 1
+        checkpoint = capture_shard(self.config.job_id, self.config.ps_index, self.config.num_ps, self.total_numel or 0,
+                                   self._require_shard(), self.aggregator, max(0.0, self._since_first_update()), self.registered)
+        log(logger, logging.INFO, "shard handed over", to=new_address, version=self.aggregator.version)
+        return shard_to_bytes(checkpoint)
+
+    def _end_migration(self, moved_to: str | None) -> None:
+        """Moved (every held and later call is redirected to `moved_to`) or not (serving resumes)."""
+        self.moved_to = moved_to
+        self.draining = False
+        self._drained = None
+        if self._migration_done is not None:
+            self._migration_done.set()
+        if moved_to is None:
+            self.aggregator.counters["moves_abandoned"] += 1
+            log(logger, logging.WARNING, "hand-over abandoned: serving here again")
 
     async def ConfigurePlan(self, request: pb.Plan, context: grpc.aio.ServicerContext) -> pb.ConfigureReply:
+        await self._gate(context)
         try:
             self._check_plan_fields(request)
             plan = plan_from_proto(request)
@@ -512,6 +639,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             noise_big_sq=self.noise.big_sq,
             noise_small_batch=self.noise.small_batch,
             noise_big_batch=self.noise.big_batch,
+            moved_to=self.moved_to or "",
         )
         if self.shard is not None:
             reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end
@@ -521,6 +649,24 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         import os
 
         return pb.HealthReply(status="serving", role="ps", uptime_s=time.monotonic() - self._started, pid=os.getpid())
+
+
+async def take_over(servicer: ParameterServer, config: PSConfig, credentials: Credentials, own_address: str) -> None:
+    """Receive the shard from the PS at `config.migrate_from` (it drains, then streams its state),
+    and serve it from here; callers that arrive meanwhile wait (see ParameterServer._gate)."""
+    from ps_server.migration import fetch_moving_shard
+
+    log(logger, logging.INFO, "taking the shard over", source=config.migrate_from, here=own_address)
+    started = time.monotonic()
+    limit = 4 * config.max_model_bytes + (1 << 20)  # parameters + optimizer state (Adam: 2 more copies) + metadata
+    data = await asyncio.get_running_loop().run_in_executor(
+        None, fetch_moving_shard, config.migrate_from, own_address, credentials, config.drain_timeout_s, limit)
+    checkpoint = shard_from_bytes(data, f"the shard sent by {config.migrate_from}")
+    servicer.restore(checkpoint, moved=True)
+    servicer._ready.set()
+    log(logger, logging.INFO, "took the shard over", version=checkpoint.version, bytes=len(data),
+        seconds=round(time.monotonic() - started, 3))
+    await servicer.final_checkpoint()  # a crash right after the move restarts from here, not from the old host
 
 
 async def serve(config: PSConfig, ready_file: str | None = None) -> None:
@@ -548,6 +694,8 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if config.migrate_from:
+        await take_over(servicer, config, credentials, address(config.host, port))
     write_ready_file(ready_file, port=port, role="ps", index=config.ps_index)
     log(logger, logging.INFO, "serving", address=address(config.host, port), ps_index=config.ps_index, num_ps=config.num_ps,
         tls=credentials.cert_pem is not None, authenticated=credentials.token is not None)

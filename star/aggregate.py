@@ -151,6 +151,11 @@ class Aggregator:
     def waiting(self) -> frozenset[int]:
         return frozenset(self._waiting)
 
+    @property
+    def outstanding(self) -> frozenset[int]:
+        """Workers that pulled under the plan in force and have not pushed since: gradients still to come."""
+        return frozenset(self._pulled)
+
     def accounting(self) -> dict[str, int]:
         c = self.counters
         return {
@@ -201,6 +206,11 @@ class Aggregator:
     def cancel_pull(self, worker: int) -> None:
         """The puller went away (deadline, disconnect); it no longer needs releasing."""
         self._waiting.discard(worker)
+
+    def forget_pull(self, worker: int) -> None:
+        """A released pull was never served (the shard is moving): no gradient will follow it here."""
+        self._waiting.discard(worker)
+        self._pulled.pop(worker, None)
 
     # ---- pushes ----------------------------------------------------------------
     def push(self, worker: int, epoch: int, base_version: int | None = None, usable: bool = True) -> PushOutcome:
@@ -262,10 +272,7 @@ class Aggregator:
                 "stale_plan",
                 f"plan epoch {plan.epoch} is not newer than the plan in force (epoch {self.plan.epoch})",
             )
-        effects = Effects()
-        for group in range(len(self._open)):
-            if self._open[group]:
-                effects.extend(self._close_round(group))
+        effects = self.close_open_rounds()
         # SSP clocks count pushes under the plan in force: they restart at 0 with every plan.
         self.clock = dict.fromkeys(plan.workers, 0)
         self._clock_counts = Counter({0: len(self.clock)})
@@ -278,6 +285,15 @@ class Aggregator:
         self._pulled.clear()
         self.counters["plan_switches"] += 1
         effects.released.extend(self._release_ready())
+        return effects
+
+    def close_open_rounds(self) -> Effects:
+        """Apply every open round with the gradients it has (a plan switch, a shard handed over):
+        nothing accepted is left pending."""
+        effects = Effects()
+        for group in range(len(self._open)):
+            if self._open[group]:
+                effects.extend(self._close_round(group))
         return effects
 
     # ---- internals -------------------------------------------------------------

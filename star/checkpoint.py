@@ -106,13 +106,36 @@ def shard_dir(directory: str | Path, ps_index: int) -> Path:
     return Path(directory) / f"ps{ps_index}"
 
 
+def shard_to_bytes(shard: ShardCheckpoint) -> bytes:
+    """The serialised shard: what a checkpoint file holds and what a moving shard sends its successor."""
+    buffer = io.BytesIO()
+    torch.save({"format": FORMAT, **{k: getattr(shard, k) for k in ShardCheckpoint.__dataclass_fields__}}, buffer)
+    return buffer.getvalue()
+
+
+def shard_from_bytes(data: bytes, where: str) -> ShardCheckpoint:
+    """Inverse of shard_to_bytes, without executing code (weights_only); `where` names the source in errors."""
+    try:
+        raw = torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means an unusable file
+        raise CheckpointError(f"{where}: cannot be loaded safely: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise CheckpointError(f"{where}: not a format-{FORMAT} shard checkpoint")
+    try:
+        shard = ShardCheckpoint(**{k: raw[k] for k in ShardCheckpoint.__dataclass_fields__})
+    except KeyError as exc:
+        raise CheckpointError(f"{where}: missing field {exc.args[0]!r}") from None
+    if not isinstance(shard.param, torch.Tensor) or shard.param.numel() != shard.range_end - shard.range_start:
+        raise CheckpointError(f"{where}: param has {getattr(shard.param, 'numel', lambda: '?')()} elements, "
+                              f"range is [{shard.range_start},{shard.range_end})")
+    return shard
+
+
 def save_shard(directory: str | Path, shard: ShardCheckpoint) -> Path:
     """Write one shard checkpoint atomically, point latest.json at it, delete the oldest."""
     folder = shard_dir(directory, shard.ps_index)
     folder.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    torch.save({"format": FORMAT, **{k: getattr(shard, k) for k in ShardCheckpoint.__dataclass_fields__}}, buffer)
-    data = buffer.getvalue()
+    data = shard_to_bytes(shard)
     path = folder / f"v{shard.version:012d}.pt"
     write_atomic(path, data)
     latest = {"version": shard.version, "file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
@@ -132,20 +155,7 @@ def load_shard(path: str | Path, expected_sha256: str | None = None) -> ShardChe
         raise CheckpointError(f"{path}: missing") from None
     if expected_sha256 is not None and hashlib.sha256(data).hexdigest() != expected_sha256:
         raise CheckpointError(f"{path}: sha256 does not match latest.json (corrupt or partly written)")
-    try:
-        raw = torch.load(io.BytesIO(data), weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means an unusable file
-        raise CheckpointError(f"{path}: cannot be loaded safely: {exc}") from None
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a format-{FORMAT} shard checkpoint")
-    try:
-        shard = ShardCheckpoint(**{k: raw[k] for k in ShardCheckpoint.__dataclass_fields__})
-    except KeyError as exc:
-        raise CheckpointError(f"{path}: missing field {exc.args[0]!r}") from None
-    if not isinstance(shard.param, torch.Tensor) or shard.param.numel() != shard.range_end - shard.range_start:
-        raise CheckpointError(f"{path}: param has {getattr(shard.param, 'numel', lambda: '?')()} elements, "
-                              f"range is [{shard.range_start},{shard.range_end})")
-    return shard
+    return shard_from_bytes(data, str(path))
 
 
 def latest_shard(directory: str | Path, ps_index: int) -> ShardCheckpoint | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 
 from star.cli_args import add_config_args, config_from_args
@@ -50,6 +51,41 @@ def _run_launch(args: argparse.Namespace) -> int:
         )
     print("result: " + json.dumps(summary))
     return 130 if result.get("interrupted") else 0
+
+
+def _node_parser(sub) -> None:
+    p = sub.add_parser("node", help="run this host's part of a multi-host job (started by torchrun or srun on every host)")
+    p.add_argument("--config", help="TOML file of JobConfig fields ([node], [placement], ...); flags override it")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    for flag, (dest, help_text) in LAUNCH_ALIASES.items():
+        p.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=help_text)
+    add_config_args(p, JobConfig)
+    p.set_defaults(handler=_run_node)
+
+
+def _run_node(args: argparse.Namespace) -> int:
+    from star.launch import LaunchError
+    from star.node import NodeError, run_node
+
+    base = load_toml(args.config) if args.config else {}
+    config = config_from_args(JobConfig, args, base)
+    progress = None if args.quiet else (lambda line: print(line, flush=True))
+
+    def on_sigterm(signum, frame):  # torchrun and srun stop their tasks with SIGTERM: shut the children down cleanly
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        result = run_node(config, progress=progress)
+    except (NodeError, LaunchError) as exc:
+        print(f"star node: failed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    if result is not None:
+        summary = {k: result.get(k) for k in ("task", "mode", "nodes", "reached", "tta_s", "final_metric", "updates")}
+        print("result: " + json.dumps(summary))
+    return 0
 
 
 def _ps_parser(sub) -> None:
@@ -206,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="star", description="STAR: straggler-tolerant parameter-server training")
     sub = parser.add_subparsers(dest="command", required=True)
     _launch_parser(sub)
+    _node_parser(sub)
     _ps_parser(sub)
     _worker_parser(sub)
     _coordinator_parser(sub)

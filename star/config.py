@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from star.placement import PlacementConfig
 from star.plan import PlanError, SyncPlan, parse_groups, plan_for_mode
 from star.policy.controller import STRATEGIES, ControlConfig, initial_mode
 
@@ -174,6 +175,39 @@ class FaultConfig:
 
 
 @dataclass(frozen=True)
+class NodeConfig:
+    """One host of a multi-host job (`star node`, started by torchrun or srun); `star launch` ignores it."""
+
+    rank: int | None = None  # this node, 0..nodes-1 (0 runs the coordinator); default torchrun's GROUP_RANK or Slurm's SLURM_NODEID
+    nodes: int | None = None  # how many nodes; default GROUP_WORLD_SIZE or SLURM_NNODES
+    store: str | None = None  # rendezvous store host:port; default MASTER_ADDR:MASTER_PORT (torchrun's own store)
+    advertise: str | None = None  # address this node's daemons bind and announce; default the one that routes to the store
+    ps_ranks: str | None = None  # nodes that may host PS shards, e.g. "0,2"; default every node
+    sample_s: float = 2.0  # seconds every node samples its resources before placement
+    rendezvous_timeout_s: float = 300.0  # how long nodes wait for each other at start
+
+    def __post_init__(self) -> None:
+        _require(self.rank is None or self.rank >= 0, "node.rank", self.rank, "must be >= 0")
+        _require(self.nodes is None or self.nodes >= 1, "node.nodes", self.nodes, "must be >= 1")
+        _require(self.sample_s > 0, "node.sample_s", self.sample_s, "must be > 0")
+        _require(self.rendezvous_timeout_s > 0, "node.rendezvous_timeout_s", self.rendezvous_timeout_s, "must be > 0")
+        if self.ps_ranks is not None:
+            try:
+                ranks = [int(r) for r in self.ps_ranks.split(",") if r.strip()]
+            except ValueError:
+                ranks = []
+            _require(bool(ranks) and min(ranks) >= 0, "node.ps_ranks", self.ps_ranks, "a comma-separated list of node ranks")
+
+    def ps_rank_set(self, nodes: int) -> list[int]:
+        """The nodes that may host PS shards, checked against the node count."""
+        if self.ps_ranks is None:
+            return list(range(nodes))
+        ranks = sorted({int(r) for r in self.ps_ranks.split(",") if r.strip()})
+        _require(max(ranks) < nodes, "node.ps_ranks", self.ps_ranks, f"ranks must be < nodes ({nodes})")
+        return ranks
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """One training job as `star launch` runs it."""
 
@@ -196,6 +230,8 @@ class JobConfig:
     control: ControlConfig = field(default_factory=ControlConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS (a token is generated when none is given)
     faults: FaultConfig = field(default_factory=FaultConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)  # where PS shards go across hosts (star node), re-placement
+    node: NodeConfig = field(default_factory=NodeConfig)  # multi-host jobs: this node's rank, the rendezvous store
     resume: str | None = None  # continue a stopped job from its last complete checkpoint set (its OUT or checkpoint dir)
 
     def __post_init__(self) -> None:

@@ -25,6 +25,9 @@ from pathlib import Path
 import grpc
 
 from star.config import PlanConfig, SecurityConfig
+from star.hosts import HostBook, MoveState, ShardMove
+from star.placement import PlacementConfig, ReplacementPolicy
+from star.policy.traffic import PsLayout
 from star.policy.controller import ControlConfig, Controller, WorkerSummary, for_strategy
 from star.policy.noise import noise_scale
 from star.evaluator import CurveWriter, EvalPoint, Evaluator, time_to_target
@@ -33,9 +36,17 @@ from star.logs import log
 from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import CONTROL_CHANNEL_OPTIONS, MAX_BATCH_SIZE, MAX_LABEL_CHARS, address, write_ready_file
+from star.rpc.common import (
+    CONTROL_CHANNEL_OPTIONS,
+    MAX_BATCH_SIZE,
+    MAX_LABEL_CHARS,
+    address,
+    host_of,
+    sample_from_proto,
+    write_ready_file,
+)
 from star.ps_watch import PsWatch
-from star.rpc.ps_client import RETRYABLE, PSClient
+from star.rpc.ps_client import RETRYABLE, PSClient, stats_at
 from star.rpc.security import Credentials
 from star.tasks import get_task
 
@@ -83,6 +94,37 @@ def report_problem(report: pb.IterationReport, num_workers: int) -> str | None:
     return None
 
 
+MAX_NICS = 256  # interfaces in one host report
+MAX_RATE = 1e13  # bytes/s: beyond any NIC
+
+
+def resources_problem(message: pb.HostResources) -> str | None:
+    """Why a host's resource report is refused (naming the field), or None."""
+    if not 1 <= len(message.host) <= MAX_LABEL_CHARS:
+        return f"host must be 1..{MAX_LABEL_CHARS} characters, got {len(message.host)}"
+    bounded = {"time_s": (message.time_s, 0, 1e11), "interval_s": (message.interval_s, 0, ABSURD_S),
+               "cpu_percent": (message.cpu_percent, 0, 100.5), "job_cpu_percent": (message.job_cpu_percent, 0, 100.5),
+               "memory_percent": (message.memory_percent, 0, 100.5)}
+    for name, (value, low, high) in bounded.items():
+        if not (math.isfinite(value) and low <= value <= high):
+            return f"{name}={value!r} must be a finite number in [{low:g}, {high:g}]"
+    if message.cpu_count > 1 << 16:
+        return f"cpu_count {message.cpu_count} exceeds {1 << 16}"
+    if len(message.nics) > MAX_NICS or len(message.ps) > MAX_NICS:
+        return f"{len(message.nics)} nics / {len(message.ps)} ps entries: at most {MAX_NICS} each"
+    for i, nic in enumerate(message.nics):
+        if len(nic.name) > MAX_LABEL_CHARS:
+            return f"nics[{i}].name of {len(nic.name)} characters exceeds {MAX_LABEL_CHARS}"
+        for name in ("rx_bytes_per_s", "tx_bytes_per_s", "link_bytes_per_s"):
+            value = getattr(nic, name)
+            if not (math.isfinite(value) and 0 <= value <= MAX_RATE):
+                return f"nics[{i}].{name}={value!r} must be a finite number in [0, {MAX_RATE:g}]"
+    for i, running in enumerate(message.ps):
+        if not 1 <= len(running.address) <= MAX_LABEL_CHARS:
+            return f"ps[{i}].address must be 1..{MAX_LABEL_CHARS} characters"
+    return None
+
+
 def directives_problem(request: pb.SetDirectivesRequest, num_workers: int) -> str | None:
     if problem := _worker_problem(request.worker_id, num_workers):
         return problem
@@ -112,6 +154,8 @@ class CoordinatorConfig:
     batch_size: int | None = None  # the workers' even per-worker batch; default the task's
     control: ControlConfig = field(default_factory=ControlConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS (server and PS channels)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)  # PS re-placement when a PS host stays saturated
+    placement_file: str | None = None  # JSON of the start-up placement decision (star node writes it): logged as an event
 
 
 class ClusterView:
@@ -200,11 +244,27 @@ class ClusterView:
         return sum(h[-1].iteration for h in self.reports.values() if h)
 
 
+class _Rate:
+    """Iterations per second between two calls."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, int] | None = None
+        self.value = 0.0
+
+    def update(self, now_s: float, total: int) -> float:
+        if self._last is not None and now_s > self._last[0]:
+            self.value = max(0.0, (total - self._last[1]) / (now_s - self._last[0]))
+        self._last = (now_s, total)
+        return self.value
+
+
 class CoordinatorService(pb_grpc.CoordinatorServicer):
     def __init__(self, config: CoordinatorConfig, events: EventLog):
         self.config = config
         self.events = events
         self.cluster = ClusterView(config.num_workers, config.report_window)
+        self.hosts = HostBook()
+        self.ps_addresses = list(config.ps_addresses)  # where each shard is served now (shards can move)
         self.directives: dict[int, pb.Directives] = {}
         self.lock = threading.Lock()
         self.started = time.monotonic()
@@ -233,7 +293,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                 self.events.emit("worker_restarted", worker=request.worker_id, host=request.host, pid=request.pid)
             self.cluster.joined.add(request.worker_id)
             self.events.emit("worker_joined", worker=request.worker_id, host=request.host, pid=request.pid)
-            return pb.JoinReply(ps_addresses=self.config.ps_addresses, directives=self._directives_for(request.worker_id))
+            return pb.JoinReply(ps_addresses=self.ps_addresses, directives=self._directives_for(request.worker_id))
 
     def Report(self, request: pb.IterationReport, context: grpc.ServicerContext) -> pb.Directives:
         if problem := report_problem(request, self.config.num_workers):
@@ -287,6 +347,34 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     def Health(self, request: pb.HealthRequest, context: grpc.ServicerContext) -> pb.HealthReply:
         return pb.HealthReply(status="serving", role="coordinator", uptime_s=time.monotonic() - self.started, pid=os.getpid())
 
+    def ReportResources(self, request: pb.HostResources, context: grpc.ServicerContext) -> pb.NodeCommands:
+        if problem := resources_problem(request):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        with self.lock:
+            orders = self.hosts.report(sample_from_proto(request), request.node_rank,
+                                       {p.ps_index: p.address for p in request.ps}, time.monotonic() - self.started)
+        return pb.NodeCommands(start_ps=[pb.StartPs(ps_index=i, migrate_from=a) for i, a in orders.start_ps],
+                               stop_ps=orders.stop_ps)
+
+    def MoveShard(self, request: pb.MoveShardRequest, context: grpc.ServicerContext) -> pb.MoveShardReply:
+        if request.ps_index >= len(self.ps_addresses):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ps_index {request.ps_index} is outside 0..{len(self.ps_addresses) - 1}")
+        if not 1 <= len(request.host) <= MAX_LABEL_CHARS:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"host must be 1..{MAX_LABEL_CHARS} characters")
+        with self.lock:
+            problem = self.start_move(request.ps_index, request.host, "asked by an operator")
+        return pb.MoveShardReply(accepted=problem is None, reason=problem or "")
+
+    def start_move(self, shard: int, target_host: str, reason: str) -> str | None:
+        """Queue a move of `shard` to `target_host` (call with the lock held); returns why not, or None."""
+        if self.state in ("done", "finished"):
+            return "the job is over"
+        source = self.ps_addresses[shard]
+        problem = self.hosts.start_move(shard, source, host_of(source), target_host, reason, time.monotonic() - self.started)
+        if problem is None:
+            self.events.emit("ps_move_started", shard=shard, source=source, target_host=target_host, reason=reason)
+        return problem
+
 
 class Coordinator:
     """Wires the service to the PSs, the evaluator and the clock."""
@@ -316,6 +404,9 @@ class Coordinator:
         plan = self.config.plan.build(self.config.num_workers, epoch=max(s.plan_epoch for s in stats) + 1)
         self.ps.configure(plan)
         self.service.plan = plan
+        if self.config.placement_file:
+            placement = json.loads(Path(self.config.placement_file).read_text())
+            self.events.emit("placement", **placement, addresses=list(self.config.ps_addresses))
         self.events.emit("plan", epoch=plan.epoch, mode=plan.label, plan=plan.describe(), reason="initial plan from config")
 
     def run_control(self) -> None:
@@ -327,18 +418,33 @@ class Coordinator:
                          batch=control.batch, exclude=control.exclude, detector=control.detector.rule,
                          decision_period_s=control.decision_period_s)
         service, period = self.service, 0
+        replacement = ReplacementPolicy(self.config.placement)
+        rate = _Rate()
         while not self.stop.wait(control.decision_period_s):
             if service.state in ("done", "finished"):
                 return
             stats = self._watch_ps()
+            now = time.monotonic() - service.started
             with service.lock:
                 amp_state = {w: d.amp for w, d in service.directives.items()}
-                summaries = service.cluster.summaries(time.monotonic() - service.started, amp_state)
+                summaries = service.cluster.summaries(now, amp_state)
                 plan = service.plan
+                hosts = service.hosts.states(now, self.config.placement)
+                finished = service.hosts.finished(now)
+                iterations_per_s = rate.update(now, service.cluster.total_iterations())
+            for move in finished:
+                self._finish_move(move)
+            layout = self._layout(stats, hosts)
+            if layout is not None and len(hosts) > 1 and service.hosts.in_flight() is None:
+                traffic = [size * iterations_per_s for size in layout.shard_bytes]
+                move = replacement.decide(now, layout.shard_hosts, hosts, traffic)
+                if move is not None:
+                    with service.lock:
+                        service.start_move(move.shard, move.target, move.reason)
             if not summaries or plan is None:
                 continue
             try:
-                decision = controller.decide(period, plan, summaries, self._noise_scale(stats))
+                decision = controller.decide(period, plan, summaries, self._noise_scale(stats), layout)
             except Exception as exc:  # noqa: BLE001 - a policy bug must not silently end all control
                 logger.exception("control decision failed")
                 self.events.emit("control_error", error=repr(exc), reason="decision skipped; control goes on")
@@ -354,6 +460,32 @@ class Coordinator:
                     service.directives.setdefault(worker, pb.Directives()).batch_size = size
             if decision.plan is not None:
                 self._switch_plan(decision.plan)
+
+    def _layout(self, stats: list, hosts: dict) -> PsLayout | None:
+        """Where the shards are and how their hosts look; None while a PS is down or nothing was sampled."""
+        if not hosts or len(stats) < len(self.ps.addresses):
+            return None
+        ranges = {s.ps_index: 4.0 * (s.range_end - s.range_start) for s in stats}
+        if len(ranges) < len(self.ps.addresses):
+            return None
+        return PsLayout(tuple(host_of(a) for a in self.ps.addresses), tuple(ranges[i] for i in range(len(self.ps.addresses))), hosts)
+
+    def _finish_move(self, move: ShardMove) -> None:
+        """A move ended: use the shard's new address (or log why it stays)."""
+        if move.state is not MoveState.DONE or move.new_address is None:
+            self.events.emit("ps_move_failed", **move.describe())
+            return
+        self.ps.retarget(move.shard, move.new_address)
+        with self.service.lock:
+            self.service.ps_addresses[move.shard] = move.new_address
+        try:  # the old PS still answers Stats (it redirects everything else): compare what it had with what arrived
+            old = stats_at(move.source, self.credentials)
+            received = self.ps.stats()[move.shard].counters.get("moved_in_at_version")
+            lost = None if received is None else old.version - received
+        except grpc.RpcError:
+            old, received, lost = None, None, None
+        self.events.emit("ps_moved", **move.describe(), version_handed_over=None if old is None else old.version,
+                         version_received=received, updates_lost=lost)
 
     def _switch_plan(self, plan: SyncPlan) -> None:
         """Send a plan to every PS. A PS that is down gets it when it is back (see _watch_ps);

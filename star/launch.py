@@ -62,6 +62,7 @@ class Child:
     log_path: Path
     restart_args: list[str] | None = None  # how to start it again after a crash; None = a crash ends the job
     restarts: int = 0
+    critical: bool = True  # False: its crash is its owner's business (e.g. a PS taking a shard over), not the job's
 
 
 class ProcessGroup:
@@ -72,6 +73,7 @@ class ProcessGroup:
         self.log_dir = log_dir
         self.extra_env = dict(env or {})
         self.children: list[Child] = []
+        self.lock = threading.RLock()  # the launcher's monitor and a node agent both start and stop children
 
     def spawn(self, name: str, args: list[str], log_mode: str = "w") -> Child:
         log_path = self.log_dir / f"{name}.log"
@@ -92,7 +94,8 @@ class ProcessGroup:
         )
         handle.close()
         child = Child(name, process, log_path)
-        self.children.append(child)
+        with self.lock:
+            self.children.append(child)
         return child
 
     def restart(self, child: Child) -> Child:
@@ -100,22 +103,38 @@ class ProcessGroup:
         assert child.restart_args is not None
         with open(child.log_path, "a") as handle:
             handle.write(f"\n--- restarted by star launch after exit code {child.process.returncode} ---\n")
-        fresh = self.spawn(child.name, child.restart_args, log_mode="a")
-        self.children.remove(fresh)
-        fresh.restart_args, fresh.restarts = child.restart_args, child.restarts + 1
-        self.children[self.children.index(child)] = fresh
+        with self.lock:
+            fresh = self.spawn(child.name, child.restart_args, log_mode="a")
+            self.children.remove(fresh)
+            fresh.restart_args, fresh.restarts = child.restart_args, child.restarts + 1
+            self.children[self.children.index(child)] = fresh
         return fresh
 
     def crashed(self) -> Child | None:
-        for child in self.children:
-            code = child.process.poll()
-            if code is not None and code != 0:
-                return child
+        with self.lock:
+            for child in self.children:
+                code = child.process.poll()
+                if code is not None and code != 0 and child.critical:
+                    return child
         return None
+
+    def stop_child(self, child: Child, grace_s: float = 5.0) -> int:
+        """Stop one child on purpose (SIGTERM, then SIGKILL) and forget it; returns its exit code."""
+        with self.lock:
+            if child in self.children:
+                self.children.remove(child)
+        if child.process.poll() is None:
+            child.process.send_signal(signal.SIGTERM)
+            try:
+                child.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                child.process.kill()
+        return child.process.wait()
 
     def shutdown(self, grace_s: float = 5.0) -> None:
         for group in (("worker",), ("coordinator",), ("ps",)):
-            members = [c for c in self.children if c.name.startswith(group)]
+            with self.lock:
+                members = [c for c in self.children if c.name.startswith(group)]
             for child in members:
                 if child.process.poll() is None:
                     child.process.send_signal(signal.SIGTERM)
@@ -202,12 +221,10 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     for stale in ("result.json", "curve.csv", "events.jsonl"):
         (out / stale).unlink(missing_ok=True)
     (out / "config.toml").write_text(to_toml(config))
-    ready_dir = out / "logs"
     checkpoints = Path(config.faults.checkpoint_dir or out / "checkpoints")
     job_id, restore_dir = _job_identity(config, checkpoints)
     credentials = job_credentials(config, out)
     group = ProcessGroup(out / "logs", env={TOKEN_ENV: credentials.token or ""})
-    security = _security_flags(config)
     started = time.monotonic()
     interrupted = False
     previous_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -218,57 +235,29 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     in_main_thread = threading.current_thread() is threading.main_thread()
     if in_main_thread:  # SIGTERM to the launcher shuts the job down like Ctrl-C
         signal.signal(signal.SIGTERM, on_signal)
+    from star.node_agent import NodeAgent  # it imports this module
+
+    agent: NodeAgent | None = None
+
+    def ps_args(i: int, ready: Path) -> list[str]:
+        return ps_command(config, optimizer, config.host, i, ready, checkpoints, job_id)
+
     try:
-        ps_addresses = []
-        for i in range(config.ps):
-            ready = ready_dir / f"ps{i}.ready"
-            ready.unlink(missing_ok=True)
-            opt = {k: v for k, v in vars(optimizer).items()}
-            args = ["ps", "--ps-index", str(i), "--num-ps", str(config.ps), "--host", config.host, "--port", "0",
-                    "--nonfinite", config.nonfinite, "--threads", str(config.threads_per_process),
-                    "--ready-file", str(ready), *_flag_args("optimizer.", opt), *security,
-                    "--checkpoint-dir", str(checkpoints), "--job-id", job_id,
-                    "--checkpoint-every-s", str(config.faults.checkpoint_every_s),
-                    "--checkpoint-every-updates", str(config.faults.checkpoint_every_updates)]
-            child = group.spawn(f"ps{i}", args + (["--restore-dir", str(restore_dir)] if restore_dir else []))
-            ps_addresses.append((child, ready, args))
-        addresses = []
-        for child, ready, args in ps_addresses:
-            port = _wait_ready(group, child, ready, startup_timeout_s)
-            addresses.append(address(config.host, port))
-            # A crashed PS comes back on the same port from its own newest checkpoint.
-            child.restart_args = _with_flag(args, "--port", str(port)) + ["--restore-dir", str(checkpoints)]
-
-        ready = ready_dir / "coordinator.ready"
-        ready.unlink(missing_ok=True)
-        plan = {k: v for k, v in vars(config.plan).items()}
-        child = group.spawn(
-            "coordinator",
-            ["coordinator", "--ps-addresses", ",".join(addresses), "--num-workers", str(config.workers),
-             "--task", config.task, "--seed", str(config.seed), "--max-time-s", str(config.max_time_s),
-             "--eval-period-s", str(config.eval_period_s), "--out", str(out), "--host", config.host,
-             "--port", "0", "--ready-file", str(ready),
-             *(["--target", str(config.target)] if config.target is not None else []),
-             *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
-             *_flag_args("control.", dataclasses.asdict(config.control)),
-             *([] if config.stop_at_target else ["--no-stop-at-target"]),
-             *_flag_args("plan.", plan), *security],
-        )
-        coordinator_address = address(config.host, _wait_ready(group, child, ready, startup_timeout_s))
-
-        trace = config.trace
-        for w in range(config.workers):
-            args = ["worker", "--worker-id", str(w), "--num-workers", str(config.workers), "--task", config.task,
-                    "--seed", str(config.seed), "--coordinator", coordinator_address,
-                    "--threads", str(config.threads_per_process),
-                    *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
-                    *(["--trace-path", str(trace.path), "--trace-stretch", str(trace.stretch)] if trace.path else []),
-                    *(["--trace-workers", trace.workers] if trace.path and trace.workers else []), *security]
-            group.spawn(f"worker{w}", args).restart_args = args  # a restarted worker rejoins with current parameters
+        served = start_ps_daemons(group, ps_args, range(config.ps), config.host, startup_timeout_s, checkpoints, restore_dir)
+        addresses = [served[i][1] for i in range(config.ps)]
+        coordinator_address = start_coordinator(group, config, config.host, addresses, out, startup_timeout_s)
+        # This host's agent: resource reports to the coordinator, and the PS moves it orders.
+        agent = NodeAgent(config.host, 0, group, ps_args, credentials, str(checkpoints))
+        for i, (child, ps_address) in served.items():
+            agent.adopt_ps(i, child, ps_address)
+        agent.start(coordinator_address)
+        start_workers(group, config, range(config.workers), coordinator_address)
         _monitor(group, coordinator_address, progress, credentials, config.faults.max_restarts)
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        if agent is not None:
+            agent.stop()
         group.shutdown()
         if in_main_thread:
             for signum, handler in previous_handlers.items():
@@ -282,6 +271,68 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
                   resumed_from=str(restore_dir) if restore_dir else None)
     result_path.write_text(json.dumps(result, indent=2))
     return result
+
+
+def ps_command(config: JobConfig, optimizer, host: str, shard: int, ready: Path, checkpoints: Path, job_id: str) -> list[str]:
+    """`star ps` arguments for one shard (no --restore-dir / --migrate-from: callers add them)."""
+    return ["ps", "--ps-index", str(shard), "--num-ps", str(config.ps), "--host", host, "--port", "0",
+            "--nonfinite", config.nonfinite, "--threads", str(config.threads_per_process),
+            "--ready-file", str(ready), *_flag_args("optimizer.", vars(optimizer)), *_security_flags(config),
+            "--checkpoint-dir", str(checkpoints), "--job-id", job_id,
+            "--checkpoint-every-s", str(config.faults.checkpoint_every_s),
+            "--checkpoint-every-updates", str(config.faults.checkpoint_every_updates)]
+
+
+def start_ps_daemons(group: ProcessGroup, ps_args: Callable[[int, Path], list[str]], shards, host: str,
+                     startup_timeout_s: float, checkpoints: Path, restore_dir: Path | None = None) -> dict[int, tuple[Child, str]]:
+    """Start a PS per shard (all at once), wait until each serves; shard -> (child, address)."""
+    started = {}
+    for i in shards:
+        ready = group.log_dir / f"ps{i}.ready"
+        ready.unlink(missing_ok=True)
+        args = ps_args(i, ready)
+        started[i] = (group.spawn(f"ps{i}", args + (["--restore-dir", str(restore_dir)] if restore_dir else [])), ready, args)
+    served = {}
+    for i, (child, ready, args) in started.items():
+        port = _wait_ready(group, child, ready, startup_timeout_s)
+        # A crashed PS comes back on the same port from its own newest checkpoint.
+        child.restart_args = _with_flag(args, "--port", str(port)) + ["--restore-dir", str(checkpoints)]
+        served[i] = (child, address(host, port))
+    return served
+
+
+def start_coordinator(group: ProcessGroup, config: JobConfig, host: str, ps_addresses: list[str], out: Path,
+                      startup_timeout_s: float, extra: tuple[str, ...] = ()) -> str:
+    """Start the coordinator (it sends the initial plan to every PS); returns its address once it serves."""
+    ready = group.log_dir / "coordinator.ready"
+    ready.unlink(missing_ok=True)
+    child = group.spawn(
+        "coordinator",
+        ["coordinator", "--ps-addresses", ",".join(ps_addresses), "--num-workers", str(config.workers),
+         "--task", config.task, "--seed", str(config.seed), "--max-time-s", str(config.max_time_s),
+         "--eval-period-s", str(config.eval_period_s), "--out", str(out), "--host", host,
+         "--port", "0", "--ready-file", str(ready),
+         *(["--target", str(config.target)] if config.target is not None else []),
+         *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
+         *_flag_args("control.", dataclasses.asdict(config.control)),
+         *_flag_args("placement.", dataclasses.asdict(config.placement)),
+         *([] if config.stop_at_target else ["--no-stop-at-target"]),
+         *_flag_args("plan.", vars(config.plan)), *_security_flags(config), *extra],
+    )
+    return address(host, _wait_ready(group, child, ready, startup_timeout_s))
+
+
+def start_workers(group: ProcessGroup, config: JobConfig, worker_ids, coordinator_address: str) -> None:
+    """Start these workers; each joins the coordinator (which tells it the PS addresses)."""
+    trace = config.trace
+    for w in worker_ids:
+        args = ["worker", "--worker-id", str(w), "--num-workers", str(config.workers), "--task", config.task,
+                "--seed", str(config.seed), "--coordinator", coordinator_address,
+                "--threads", str(config.threads_per_process),
+                *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
+                *(["--trace-path", str(trace.path), "--trace-stretch", str(trace.stretch)] if trace.path else []),
+                *(["--trace-workers", trace.workers] if trace.path and trace.workers else []), *_security_flags(config)]
+        group.spawn(f"worker{w}", args).restart_args = args  # a restarted worker rejoins with current parameters
 
 
 def _with_flag(args: list[str], flag: str, value: str) -> list[str]:

@@ -7,6 +7,7 @@ the same type, so the parameter server needs exactly one state machine
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterable, Sequence
@@ -41,6 +42,9 @@ class SyncPlan:
     staleness_bound: SSP bound; a pull blocks while the puller is more than this many
         pushes ahead of the slowest worker in the plan, counting pushes since the
         plan took effect. None = unbounded.
+    push_pace_bytes_per_s: a per-worker push budget (all shards together) that workers
+        honour when a PS host's NIC nears saturation; None = unpaced. The aggregator
+        ignores it: pacing changes when gradients arrive, not how they are combined.
     """
 
     epoch: int
@@ -49,6 +53,7 @@ class SyncPlan:
     staleness_bound: int | None = None
     scale: Scale = Scale.PER_TOTAL_WORKERS
     late_policy: LatePolicy = LatePolicy.APPLY
+    push_pace_bytes_per_s: float | None = None
     label: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -74,6 +79,9 @@ class SyncPlan:
                 raise PlanError(f"quorum[{index}]={quorum} must be in 1..{len(group)}")
         if self.staleness_bound is not None and self.staleness_bound < 0:
             raise PlanError(f"staleness_bound must be >= 0 or None, got {self.staleness_bound}")
+        pace = self.push_pace_bytes_per_s
+        if pace is not None and not (pace > 0 and pace != float("inf")):
+            raise PlanError(f"push_pace_bytes_per_s must be a finite number > 0 or None, got {pace}")
 
     @property
     def workers(self) -> tuple[int, ...]:
@@ -91,8 +99,9 @@ class SyncPlan:
         groups = ";".join(",".join(map(str, g)) for g in self.groups)
         quorum = ",".join(map(str, self.quorum))
         ssp = "" if self.staleness_bound is None else f" ssp={self.staleness_bound}"
+        pace = "" if self.push_pace_bytes_per_s is None else f" pace={self.push_pace_bytes_per_s:.0f}B/s"
         name = f"{self.label} " if self.label else ""
-        return f"{name}epoch={self.epoch} groups=[{groups}] quorum=[{quorum}]{ssp} late={self.late_policy.value}"
+        return f"{name}epoch={self.epoch} groups=[{groups}] quorum=[{quorum}]{ssp} late={self.late_policy.value}{pace}"
 
 
 def ssgd(workers: Sequence[int], epoch: int = 0) -> SyncPlan:
@@ -192,9 +201,12 @@ def plan_for_mode(
 
 
 def with_epoch(plan: SyncPlan, epoch: int) -> SyncPlan:
-    return SyncPlan(
-        epoch, plan.groups, plan.quorum, plan.staleness_bound, plan.scale, plan.late_policy, plan.label
-    )
+    return dataclasses.replace(plan, epoch=epoch)
+
+
+def with_pace(plan: SyncPlan, push_pace_bytes_per_s: float | None) -> SyncPlan:
+    """The same plan with workers' pushes paced (None: unpaced)."""
+    return dataclasses.replace(plan, push_pace_bytes_per_s=push_pace_bytes_per_s)
 
 
 def plan_to_dict(plan: SyncPlan) -> dict:
@@ -206,6 +218,7 @@ def plan_to_dict(plan: SyncPlan) -> dict:
         "staleness_bound": plan.staleness_bound,
         "scale": plan.scale.value,
         "late_policy": plan.late_policy.value,
+        "push_pace_bytes_per_s": plan.push_pace_bytes_per_s,
         "label": plan.label,
     }
 
@@ -220,6 +233,7 @@ def plan_from_dict(data: dict) -> SyncPlan:
             staleness_bound=None if data.get("staleness_bound") is None else int(data["staleness_bound"]),
             scale=Scale(data.get("scale", Scale.PER_TOTAL_WORKERS.value)),
             late_policy=LatePolicy(data.get("late_policy", LatePolicy.APPLY.value)),
+            push_pace_bytes_per_s=None if data.get("push_pace_bytes_per_s") is None else float(data["push_pace_bytes_per_s"]),
             label=str(data.get("label", "")),
         )
     except KeyError as exc:

@@ -37,6 +37,7 @@ class IterationTimes:
     amp: bool
     loss: float
     slowdown: float
+    paced_s: float = 0.0  # waited for the plan's push pace (not part of push_s)
 
 
 class CoordinatorLink:
@@ -84,6 +85,7 @@ class CoordinatorLink:
             amp=times.amp,
             loss=times.loss,
             slowdown=times.slowdown,
+            paced_s=times.paced_s,
             cpu_percent=self._process.cpu_percent(None),
         )
         try:

@@ -24,6 +24,7 @@ from star.rpc.security import Credentials
 from star.tasks import BatchStream, get_task
 from star.traces import WorkerSlowdown, load_worker_slowdown, slowdown_sleep_s
 from worker.amp import AmpSwitch
+from worker.pacing import PushPacer
 from worker.reporting import CoordinatorLink, IterationTimes
 
 logger = logging.getLogger("worker")
@@ -73,6 +74,7 @@ class Worker:
         self.slowdown = self._load_slowdown()
         self.iteration = 0
         self.stale_pushes = 0
+        self.pacer = PushPacer()
 
     def _load_slowdown(self) -> WorkerSlowdown | None:
         c = self.config
@@ -99,12 +101,15 @@ class Worker:
                 loss, raw_compute_s = self._compute()
                 factor = self.slowdown.factor_at(self.iteration) if self.slowdown else 1.0
                 time.sleep(slowdown_sleep_s(raw_compute_s, factor))
+                paced_s = self.pacer.wait_s(time.monotonic(), self.flat.numel * 4, ps.push_pace_bytes_per_s)
+                time.sleep(paced_s)
                 t2 = time.monotonic()
                 self._push(ps)
                 t3 = time.monotonic()
                 self.iteration += 1
                 if link:
-                    link.report(IterationTimes(self.iteration, t2 - t1, t3 - t2, t1 - t0, self.batch_size, self.amp.enabled, loss, factor))
+                    link.report(IterationTimes(self.iteration, t2 - t1 - paced_s, t3 - t2, t1 - t0, self.batch_size,
+                                               self.amp.enabled, loss, factor, paced_s))
                     self._obey(link)
             log(logger, logging.INFO, "stopped", worker=c.worker_id, iterations=self.iteration, stale_pushes=self.stale_pushes)
         if link:

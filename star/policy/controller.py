@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from star.detect import DetectorConfig, StragglerDetector
-from star.plan import SyncPlan, exclude, ssgd, with_epoch
+from star.plan import SyncPlan, exclude, ssgd, with_epoch, with_pace
 from star.policy.amp import AmpConfig, AmpPolicy
 from star.policy.batch import BatchConfig, BatchPlanError, solve_batch_sizes, worth_changing
 from star.policy.learned import LearnedSelector, load_model
-from star.policy.selector import HeuristicSelector, SelectorConfig, same_shape
+from star.policy.selector import HeuristicSelector, SelectorConfig, estimate, same_shape
+from star.policy.traffic import PsLayout, TrafficConfig, TrafficGuard
 
 FIXED_MODES = ("ssgd", "asgd", "kofn", "grouped", "ssp")
 STRATEGIES = FIXED_MODES + ("exclude", "amp", "batch", "auto")
@@ -45,6 +46,7 @@ class ControlConfig:
     amp_policy: AmpConfig = field(default_factory=AmpConfig)
     selection: SelectorConfig = field(default_factory=SelectorConfig)
     batching: BatchConfig = field(default_factory=BatchConfig)
+    traffic: TrafficConfig = field(default_factory=TrafficConfig)  # proactive prevention: defer traffic-raising plans, pace pushes
     selector_kind: str = "heuristic"  # which mode selector `selector` runs: heuristic | learned
     selector_model: str | None = None  # learned selector's JSON model file (None: the one shipped in star/policy/models)
 
@@ -128,11 +130,14 @@ class Controller:
                 config.selection, load_model(config.selector_model), config.detector)
         else:
             self.selector = HeuristicSelector(config.selection)
+        self.traffic = TrafficGuard(config.traffic)
         self.batch_sizes = {w: base_batch for w in range(num_workers)}
         self.lost: set[int] = set()
         self.base_plan: SyncPlan | None = None  # the first plan seen: what a rejoining worker goes back to
 
-    def decide(self, period: int, current: SyncPlan, workers: Mapping[int, WorkerSummary], b_noise: float = 0.0) -> ControlDecision:
+    def decide(self, period: int, current: SyncPlan, workers: Mapping[int, WorkerSummary], b_noise: float = 0.0,
+               layout: PsLayout | None = None) -> ControlDecision:
+        """`layout`: the PS shards' hosts and their latest resource samples (None: unknown, no traffic policy)."""
         c = self.config
         events: list[dict[str, Any]] = []
         if self.base_plan is None:
@@ -179,11 +184,39 @@ class Controller:
             batch = self._batch_sizes(active, events)
 
         plan = self._plan(period, current, active, detection.stragglers, b_noise, events)
+        if layout is not None and layout.hosts:
+            plan = self._mind_traffic(current, plan, active, b_noise, layout, events)
         if plan is None or not set(plan.workers) >= rejoined:
             plan = self._membership_plan(current, newly_lost, rejoined) or plan
         if plan is not None:
             plan = with_epoch(without_workers(plan, frozenset(self.lost)), current.epoch + 1)
         return ControlDecision(plan, amp, batch, detection.stragglers, frozenset(self.lost), events)
+
+    def _mind_traffic(self, current: SyncPlan, plan: SyncPlan | None, active: Mapping[int, WorkerSummary], b_noise: float,
+                      layout: PsLayout, events: list[dict[str, Any]]) -> SyncPlan | None:
+        """Defer a proposed plan that would saturate a PS host; pace pushes when a PS NIC nears saturation."""
+        in_force = without_workers(current, frozenset(self.lost))
+        iter_time_s = {w: s.comm_s + s.per_sample_s * self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}
+        batch = {w: self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}
+        if any(w not in iter_time_s for w in in_force.workers):
+            return plan
+        penalty = self.config.selection.staleness_penalty
+        unpaced_now = estimate(in_force, iter_time_s, batch, b_noise, penalty).gradients_per_s
+        pace_now = current.push_pace_bytes_per_s
+        paced_limit = pace_now * len(in_force.workers) / layout.total_bytes if pace_now and layout.total_bytes else float("inf")
+        rate_now = min(unpaced_now, paced_limit)
+        if plan is not None:
+            proposed = estimate(plan, iter_time_s, batch, b_noise, penalty).gradients_per_s
+            verdict = self.traffic.check(rate_now, min(proposed, paced_limit), layout)
+            if not verdict.allow:
+                events.append({"kind": "plan_deferred", "mode": plan.label, "reason": verdict.reason,
+                               "predicted_util": {h: round(u, 3) for h, u in verdict.predicted_util.items()}})
+                plan = None
+        pace, reason = self.traffic.pace(pace_now, rate_now, unpaced_now, layout, len(in_force.workers))
+        if pace != pace_now:
+            events.append({"kind": "pace", "push_pace_bytes_per_s": None if pace is None else round(pace), "reason": reason})
+            return with_pace(plan or current, pace)
+        return plan if plan is None else with_pace(plan, pace_now)
 
     def _membership_plan(self, current: SyncPlan, newly_lost: set[int], rejoined: set[int]) -> SyncPlan | None:
         """The plan after workers left or came back: lost ones leave the current plan; a

@@ -120,7 +120,7 @@ def kofn_quorums(n: int, stragglers: int) -> list[int]:
 
 
 def same_shape(a: SyncPlan, b: SyncPlan) -> bool:
-    """Equal ignoring the epoch (and label)."""
+    """Equal ignoring the epoch, label and pacing (pacing is the traffic guard's business, not the selector's)."""
     key = lambda p: (sorted(zip(p.groups, p.quorum)), p.staleness_bound, p.scale, p.late_policy)  # noqa: E731
     return key(a) == key(b)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from star.flat import MAX_CHUNK_BYTES, SEND_CHUNK_BYTES
 from star.plan import LatePolicy, PlanError, Scale, SyncPlan
+from star.resources import HostSample, NicSample
 from star.rpc import star_pb2 as pb
 
 # Explicit limits on both ends of every channel, so a hostile or buggy peer cannot make a process
@@ -25,6 +26,8 @@ CONTROL_CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_CONTROL_MESSAGE_BYTES),
     ("grpc.max_metadata_size", MAX_METADATA_BYTES),
 ]
+# Trailing metadata of an UNAVAILABLE answer from a PS whose shard moved: the address to use instead.
+MOVED_TO_KEY = "star-moved-to"
 # Bounds on request fields that no honest peer comes near; beyond them a value is refused, naming the field.
 MAX_BATCH_SIZE = 1 << 24  # samples in one worker's batch
 MAX_EPOCH = 1 << 62  # plan epochs count switches; a huge one would leave no newer epoch to switch to
@@ -47,6 +50,7 @@ def plan_to_proto(plan: SyncPlan) -> pb.Plan:
         scale=plan.scale.value,
         late_policy=plan.late_policy.value,
         label=plan.label,
+        push_pace_bytes_per_s=plan.push_pace_bytes_per_s or 0.0,
     )
 
 
@@ -68,7 +72,35 @@ def plan_from_proto(message: pb.Plan) -> SyncPlan:
         scale=scale,
         late_policy=late,
         label=message.label,
+        push_pace_bytes_per_s=message.push_pace_bytes_per_s if message.push_pace_bytes_per_s > 0 else None,
     )
+
+
+def sample_to_proto(sample: HostSample, node_rank: int = 0, ps: dict[int, str] | None = None) -> pb.HostResources:
+    return pb.HostResources(
+        host=sample.host, time_s=sample.time_s, interval_s=sample.interval_s, cpu_count=sample.cpu_count,
+        cpu_percent=sample.cpu_percent, job_cpu_percent=sample.job_cpu_percent, memory_percent=sample.memory_percent,
+        memory_available_bytes=sample.memory_available_bytes, job_nic=sample.job_nic or "", node_rank=node_rank,
+        nics=[pb.NicRate(name=n.name, rx_bytes_per_s=n.rx_bytes_per_s, tx_bytes_per_s=n.tx_bytes_per_s,
+                         link_bytes_per_s=n.link_bytes_per_s or 0.0) for n in sample.nics],
+        ps=[pb.PsRunning(ps_index=i, address=a) for i, a in sorted((ps or {}).items())],
+    )
+
+
+def sample_from_proto(message: pb.HostResources) -> HostSample:
+    """Inverse of sample_to_proto (validate first: see star.coordinator.resources_problem)."""
+    return HostSample(
+        host=message.host, time_s=message.time_s, interval_s=message.interval_s, cpu_count=max(1, message.cpu_count),
+        cpu_percent=message.cpu_percent, job_cpu_percent=message.job_cpu_percent, memory_percent=message.memory_percent,
+        memory_available_bytes=message.memory_available_bytes, job_nic=message.job_nic or None,
+        nics=tuple(NicSample(n.name, n.rx_bytes_per_s, n.tx_bytes_per_s, n.link_bytes_per_s or None) for n in message.nics),
+    )
+
+
+def host_of(address_text: str) -> str:
+    """'10.0.0.2:50051' -> '10.0.0.2'; '[::1]:50051' -> '::1'."""
+    host = address_text.rsplit(":", 1)[0]
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 def tune_malloc(mmap_threshold: int = 32 * 1024 * 1024, trim_threshold: int = 1024 * 1024 * 1024) -> bool:

@@ -19,12 +19,24 @@ from star.flat import WIRE_DTYPE, ShardRange, shard_ranges, tensor_chunks, write
 from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import CHANNEL_OPTIONS, plan_to_proto, tune_malloc
+from star.rpc.common import CHANNEL_OPTIONS, MOVED_TO_KEY, plan_to_proto, tune_malloc
 from star.rpc.security import Credentials
 
 T = TypeVar("T")
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+MAX_REDIRECTS = 4  # a shard that keeps moving faster than a call can follow is an outage
+
+
+def moved_to(exc: grpc.RpcError) -> str | None:
+    """The address a moved PS redirects to (UNAVAILABLE with MOVED_TO_KEY metadata), else None."""
+    if exc.code() != grpc.StatusCode.UNAVAILABLE:
+        return None
+    try:
+        metadata = exc.trailing_metadata() or ()
+    except AttributeError:
+        return None
+    return next((value for key, value in metadata if key == MOVED_TO_KEY), None)
 
 
 @dataclass
@@ -35,6 +47,7 @@ class ShardView:
     version: int = 0
     epoch: int = 0
     since_first_update_s: float = -1.0
+    push_pace_bytes_per_s: float = 0.0  # the plan's push budget per worker (0: unpaced)
 
 
 class PSClient:
@@ -46,6 +59,7 @@ class PSClient:
         self.worker_id = worker_id
         tune_malloc()  # chunk bytes and protobuf copies are allocated and freed on every push/pull
         credentials = credentials if credentials is not None else Credentials.load()
+        self._credentials = credentials
         self._channels = [credentials.channel(a, CHANNEL_OPTIONS) for a in self.addresses]
         self._stubs = [pb_grpc.ParameterServerStub(c) for c in self._channels]
         self._pool = ThreadPoolExecutor(max_workers=len(self.addresses), thread_name_prefix="ps-io")
@@ -63,9 +77,29 @@ class PSClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def retarget(self, index: int, address: str) -> None:
+        """Talk to shard `index` at a new address from now on (it moved)."""
+        old = self._channels[index]
+        self._channels[index] = self._credentials.channel(address, CHANNEL_OPTIONS)
+        self._stubs[index] = pb_grpc.ParameterServerStub(self._channels[index])
+        self.addresses[index] = address
+        old.close()
+
+    def _following_moves(self, index: int, call: Callable[[int, pb_grpc.ParameterServerStub], T]) -> T:
+        """`call` against shard `index`, following it (and re-issuing the call) when it moved."""
+        for _ in range(MAX_REDIRECTS):
+            try:
+                return call(index, self._stubs[index])
+            except grpc.RpcError as exc:
+                target = moved_to(exc)
+                if target is None or target == self.addresses[index]:
+                    raise
+                self.retarget(index, target)
+        return call(index, self._stubs[index])
+
     def _each(self, call: Callable[[int, pb_grpc.ParameterServerStub], T]) -> list[T]:
         """Run `call` against every PS concurrently; re-raise the first error."""
-        futures = [self._pool.submit(call, i, stub) for i, stub in enumerate(self._stubs)]
+        futures = [self._pool.submit(self._following_moves, i, call) for i in range(len(self._stubs))]
         return [f.result() for f in futures]
 
     # ---- setup -----------------------------------------------------------------
@@ -120,11 +154,18 @@ class PSClient:
                     if h.numel != view.range.numel or h.range_start != start:
                         raise RuntimeError(f"PS {i} serves [{h.range_start}, +{h.numel}), expected {view.range}")
                     view.version, view.epoch, view.since_first_update_s = h.version, h.plan_epoch, h.since_first_update_s
+                    view.push_pace_bytes_per_s = h.push_pace_bytes_per_s
                 else:
                     write_chunk(out, start + reply.chunk.offset, reply.chunk.data)
 
         self._each(pull_one)
         return self.views
+
+    @property
+    def push_pace_bytes_per_s(self) -> float | None:
+        """The push budget of the plan the last pull ran under (the strictest shard's), None when unpaced."""
+        paced = [v.push_pace_bytes_per_s for v in self.views if v.push_pace_bytes_per_s > 0]
+        return min(paced) if paced else None
 
     def push(self, grads: torch.Tensor, iteration: int, timeout_s: float | None = None, batch_size: int = 0) -> list[pb.PushReply]:
         """Send each PS its slice of the flat gradient, tagged with what this worker last pulled."""
@@ -156,19 +197,38 @@ class PSClient:
         return self._each(lambda i, s: s.ConfigurePlan(message, timeout=timeout_s))
 
     def stats(self, timeout_s: float = 5.0) -> list[pb.PsStats]:
-        return self._each(lambda i, s: s.Stats(pb.StatsRequest(), timeout=timeout_s))
+        return self._each(lambda i, s: self._stats_following_moves(i, timeout_s))
 
     def stats_each(self, timeout_s: float = 5.0) -> list[pb.PsStats | grpc.RpcError]:
         """Every PS's stats, or the error it answered with (one PS down does not hide the others)."""
-        return self._each(lambda i, s: _or_error(lambda: s.Stats(pb.StatsRequest(), timeout=timeout_s)))
+        return self._each(lambda i, s: _or_error(lambda: self._stats_following_moves(i, timeout_s)))
+
+    def _stats_following_moves(self, index: int, timeout_s: float) -> pb.PsStats:
+        """A moved PS still answers Stats (saying where its shard went): ask the new home instead."""
+        reply = self._stubs[index].Stats(pb.StatsRequest(), timeout=timeout_s)
+        for _ in range(MAX_REDIRECTS):
+            if not reply.moved_to or reply.moved_to == self.addresses[index]:
+                break
+            self.retarget(index, reply.moved_to)
+            reply = self._stubs[index].Stats(pb.StatsRequest(), timeout=timeout_s)
+        return reply
 
     def configure_each(self, plan: SyncPlan, timeout_s: float = 10.0, only: set[int] | None = None) -> dict[int, pb.ConfigureReply | grpc.RpcError]:
         """Send the plan to every PS (or those in `only`); per PS its reply or its error."""
         message = plan_to_proto(plan)
         targets = [i for i in range(len(self._stubs)) if only is None or i in only]
-        futures = {i: self._pool.submit(_or_error, lambda s=self._stubs[i]: s.ConfigurePlan(message, timeout=timeout_s))
-                   for i in targets}
+        futures = {i: self._pool.submit(_or_error, lambda i=i: self._following_moves(
+                       i, lambda _, s: s.ConfigurePlan(message, timeout=timeout_s))) for i in targets}
         return {i: f.result() for i, f in futures.items()}
+
+
+def stats_at(address: str, credentials: Credentials, timeout_s: float = 5.0) -> pb.PsStats:
+    """One PS's own stats, without following a move (e.g. the version a moved-away PS handed over)."""
+    channel = credentials.channel(address, CHANNEL_OPTIONS)
+    try:
+        return pb_grpc.ParameterServerStub(channel).Stats(pb.StatsRequest(), timeout=timeout_s)
+    finally:
+        channel.close()
 
 
 def _or_error(call: Callable[[], T]) -> T | grpc.RpcError:

@@ -123,20 +123,22 @@ class PullRequest(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., observer: _Optional[bool] = ...) -> None: ...
 
 class PullHeader(_message.Message):
-    __slots__ = ("version", "plan_epoch", "numel", "dtype", "range_start", "since_first_update_s")
+    __slots__ = ("version", "plan_epoch", "numel", "dtype", "range_start", "since_first_update_s", "push_pace_bytes_per_s")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     NUMEL_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     RANGE_START_FIELD_NUMBER: _ClassVar[int]
     SINCE_FIRST_UPDATE_S_FIELD_NUMBER: _ClassVar[int]
+    PUSH_PACE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     version: int
     plan_epoch: int
     numel: int
     dtype: str
     range_start: int
     since_first_update_s: float
-    def __init__(self, version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., numel: _Optional[int] = ..., dtype: _Optional[str] = ..., range_start: _Optional[int] = ..., since_first_update_s: _Optional[float] = ...) -> None: ...
+    push_pace_bytes_per_s: float
+    def __init__(self, version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., numel: _Optional[int] = ..., dtype: _Optional[str] = ..., range_start: _Optional[int] = ..., since_first_update_s: _Optional[float] = ..., push_pace_bytes_per_s: _Optional[float] = ...) -> None: ...
 
 class PullReply(_message.Message):
     __slots__ = ("header", "chunk")
@@ -155,20 +157,22 @@ class PlanGroup(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[int]] = ..., quorum: _Optional[int] = ...) -> None: ...
 
 class Plan(_message.Message):
-    __slots__ = ("epoch", "groups", "staleness_bound", "scale", "late_policy", "label")
+    __slots__ = ("epoch", "groups", "staleness_bound", "scale", "late_policy", "label", "push_pace_bytes_per_s")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     STALENESS_BOUND_FIELD_NUMBER: _ClassVar[int]
     SCALE_FIELD_NUMBER: _ClassVar[int]
     LATE_POLICY_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
+    PUSH_PACE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     groups: _containers.RepeatedCompositeFieldContainer[PlanGroup]
     staleness_bound: int
     scale: str
     late_policy: str
     label: str
-    def __init__(self, epoch: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[PlanGroup, _Mapping]]] = ..., staleness_bound: _Optional[int] = ..., scale: _Optional[str] = ..., late_policy: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
+    push_pace_bytes_per_s: float
+    def __init__(self, epoch: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[PlanGroup, _Mapping]]] = ..., staleness_bound: _Optional[int] = ..., scale: _Optional[str] = ..., late_policy: _Optional[str] = ..., label: _Optional[str] = ..., push_pace_bytes_per_s: _Optional[float] = ...) -> None: ...
 
 class ConfigureReply(_message.Message):
     __slots__ = ("epoch", "version", "released", "flushed")
@@ -187,7 +191,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PsStats(_message.Message):
-    __slots__ = ("ps_index", "version", "plan_epoch", "plan", "accepted", "applied", "dropped", "pending", "counters", "staleness", "since_first_update_s", "waiting_pulls", "range_start", "range_end", "noise_small_sq", "noise_big_sq", "noise_small_batch", "noise_big_batch")
+    __slots__ = ("ps_index", "version", "plan_epoch", "plan", "accepted", "applied", "dropped", "pending", "counters", "staleness", "since_first_update_s", "waiting_pulls", "range_start", "range_end", "noise_small_sq", "noise_big_sq", "noise_small_batch", "noise_big_batch", "moved_to")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +224,7 @@ class PsStats(_message.Message):
     NOISE_BIG_SQ_FIELD_NUMBER: _ClassVar[int]
     NOISE_SMALL_BATCH_FIELD_NUMBER: _ClassVar[int]
     NOISE_BIG_BATCH_FIELD_NUMBER: _ClassVar[int]
+    MOVED_TO_FIELD_NUMBER: _ClassVar[int]
     ps_index: int
     version: int
     plan_epoch: int
@@ -238,7 +243,24 @@ class PsStats(_message.Message):
     noise_big_sq: float
     noise_small_batch: float
     noise_big_batch: float
-    def __init__(self, ps_index: _Optional[int] = ..., version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., plan: _Optional[str] = ..., accepted: _Optional[int] = ..., applied: _Optional[int] = ..., dropped: _Optional[int] = ..., pending: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., staleness: _Optional[_Mapping[int, int]] = ..., since_first_update_s: _Optional[float] = ..., waiting_pulls: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., noise_small_sq: _Optional[float] = ..., noise_big_sq: _Optional[float] = ..., noise_small_batch: _Optional[float] = ..., noise_big_batch: _Optional[float] = ...) -> None: ...
+    moved_to: str
+    def __init__(self, ps_index: _Optional[int] = ..., version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., plan: _Optional[str] = ..., accepted: _Optional[int] = ..., applied: _Optional[int] = ..., dropped: _Optional[int] = ..., pending: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., staleness: _Optional[_Mapping[int, int]] = ..., since_first_update_s: _Optional[float] = ..., waiting_pulls: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., noise_small_sq: _Optional[float] = ..., noise_big_sq: _Optional[float] = ..., noise_small_batch: _Optional[float] = ..., noise_big_batch: _Optional[float] = ..., moved_to: _Optional[str] = ...) -> None: ...
+
+class MigrateOutRequest(_message.Message):
+    __slots__ = ("new_address", "drain_timeout_s")
+    NEW_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    new_address: str
+    drain_timeout_s: float
+    def __init__(self, new_address: _Optional[str] = ..., drain_timeout_s: _Optional[float] = ...) -> None: ...
+
+class MigrateChunk(_message.Message):
+    __slots__ = ("data", "total_bytes")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    total_bytes: int
+    def __init__(self, data: _Optional[bytes] = ..., total_bytes: _Optional[int] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
     __slots__ = ("worker_id", "host", "pid", "batch_size")
@@ -271,7 +293,7 @@ class JoinReply(_message.Message):
     def __init__(self, ps_addresses: _Optional[_Iterable[str]] = ..., directives: _Optional[_Union[Directives, _Mapping]] = ...) -> None: ...
 
 class IterationReport(_message.Message):
-    __slots__ = ("worker_id", "iteration", "compute_s", "push_s", "pull_s", "batch_size", "amp", "loss", "slowdown", "cpu_percent", "heartbeat")
+    __slots__ = ("worker_id", "iteration", "compute_s", "push_s", "pull_s", "batch_size", "amp", "loss", "slowdown", "cpu_percent", "heartbeat", "paced_s")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
@@ -283,6 +305,7 @@ class IterationReport(_message.Message):
     SLOWDOWN_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    PACED_S_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     iteration: int
     compute_s: float
@@ -294,7 +317,88 @@ class IterationReport(_message.Message):
     slowdown: float
     cpu_percent: float
     heartbeat: bool
-    def __init__(self, worker_id: _Optional[int] = ..., iteration: _Optional[int] = ..., compute_s: _Optional[float] = ..., push_s: _Optional[float] = ..., pull_s: _Optional[float] = ..., batch_size: _Optional[int] = ..., amp: _Optional[bool] = ..., loss: _Optional[float] = ..., slowdown: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., heartbeat: _Optional[bool] = ...) -> None: ...
+    paced_s: float
+    def __init__(self, worker_id: _Optional[int] = ..., iteration: _Optional[int] = ..., compute_s: _Optional[float] = ..., push_s: _Optional[float] = ..., pull_s: _Optional[float] = ..., batch_size: _Optional[int] = ..., amp: _Optional[bool] = ..., loss: _Optional[float] = ..., slowdown: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., heartbeat: _Optional[bool] = ..., paced_s: _Optional[float] = ...) -> None: ...
+
+class NicRate(_message.Message):
+    __slots__ = ("name", "rx_bytes_per_s", "tx_bytes_per_s", "link_bytes_per_s")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    LINK_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    rx_bytes_per_s: float
+    tx_bytes_per_s: float
+    link_bytes_per_s: float
+    def __init__(self, name: _Optional[str] = ..., rx_bytes_per_s: _Optional[float] = ..., tx_bytes_per_s: _Optional[float] = ..., link_bytes_per_s: _Optional[float] = ...) -> None: ...
+
+class PsRunning(_message.Message):
+    __slots__ = ("ps_index", "address")
+    PS_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ps_index: int
+    address: str
+    def __init__(self, ps_index: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+
+class HostResources(_message.Message):
+    __slots__ = ("host", "time_s", "interval_s", "cpu_count", "cpu_percent", "job_cpu_percent", "memory_percent", "memory_available_bytes", "nics", "job_nic", "node_rank", "ps")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    TIME_S_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    CPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    JOB_CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NICS_FIELD_NUMBER: _ClassVar[int]
+    JOB_NIC_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    PS_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    time_s: float
+    interval_s: float
+    cpu_count: int
+    cpu_percent: float
+    job_cpu_percent: float
+    memory_percent: float
+    memory_available_bytes: int
+    nics: _containers.RepeatedCompositeFieldContainer[NicRate]
+    job_nic: str
+    node_rank: int
+    ps: _containers.RepeatedCompositeFieldContainer[PsRunning]
+    def __init__(self, host: _Optional[str] = ..., time_s: _Optional[float] = ..., interval_s: _Optional[float] = ..., cpu_count: _Optional[int] = ..., cpu_percent: _Optional[float] = ..., job_cpu_percent: _Optional[float] = ..., memory_percent: _Optional[float] = ..., memory_available_bytes: _Optional[int] = ..., nics: _Optional[_Iterable[_Union[NicRate, _Mapping]]] = ..., job_nic: _Optional[str] = ..., node_rank: _Optional[int] = ..., ps: _Optional[_Iterable[_Union[PsRunning, _Mapping]]] = ...) -> None: ...
+
+class StartPs(_message.Message):
+    __slots__ = ("ps_index", "migrate_from")
+    PS_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MIGRATE_FROM_FIELD_NUMBER: _ClassVar[int]
+    ps_index: int
+    migrate_from: str
+    def __init__(self, ps_index: _Optional[int] = ..., migrate_from: _Optional[str] = ...) -> None: ...
+
+class NodeCommands(_message.Message):
+    __slots__ = ("start_ps", "stop_ps")
+    START_PS_FIELD_NUMBER: _ClassVar[int]
+    STOP_PS_FIELD_NUMBER: _ClassVar[int]
+    start_ps: _containers.RepeatedCompositeFieldContainer[StartPs]
+    stop_ps: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, start_ps: _Optional[_Iterable[_Union[StartPs, _Mapping]]] = ..., stop_ps: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class MoveShardRequest(_message.Message):
+    __slots__ = ("ps_index", "host")
+    PS_INDEX_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    ps_index: int
+    host: str
+    def __init__(self, ps_index: _Optional[int] = ..., host: _Optional[str] = ...) -> None: ...
+
+class MoveShardReply(_message.Message):
+    __slots__ = ("accepted", "reason")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    reason: str
+    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class SetDirectivesRequest(_message.Message):
     __slots__ = ("worker_id", "directives")

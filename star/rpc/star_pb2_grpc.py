@@ -69,6 +69,11 @@ class ParameterServerStub:
                 request_serializer=star__pb2.HealthRequest.SerializeToString,
                 response_deserializer=star__pb2.HealthReply.FromString,
                 _registered_method=True)
+        self.MigrateOut = channel.unary_stream(
+                '/star.ParameterServer/MigrateOut',
+                request_serializer=star__pb2.MigrateOutRequest.SerializeToString,
+                response_deserializer=star__pb2.MigrateChunk.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -116,6 +121,12 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MigrateOut(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +164,11 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=star__pb2.HealthRequest.FromString,
                     response_serializer=star__pb2.HealthReply.SerializeToString,
+            ),
+            'MigrateOut': grpc.unary_stream_rpc_method_handler(
+                    servicer.MigrateOut,
+                    request_deserializer=star__pb2.MigrateOutRequest.FromString,
+                    response_serializer=star__pb2.MigrateChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +370,33 @@ class ParameterServer:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def MigrateOut(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/star.ParameterServer/MigrateOut',
+            star__pb2.MigrateOutRequest.SerializeToString,
+            star__pb2.MigrateChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class CoordinatorStub:
     """Missing associated documentation comment in .proto file."""
@@ -388,6 +431,16 @@ class CoordinatorStub:
                 '/star.Coordinator/Health',
                 request_serializer=star__pb2.HealthRequest.SerializeToString,
                 response_deserializer=star__pb2.HealthReply.FromString,
+                _registered_method=True)
+        self.ReportResources = channel.unary_unary(
+                '/star.Coordinator/ReportResources',
+                request_serializer=star__pb2.HostResources.SerializeToString,
+                response_deserializer=star__pb2.NodeCommands.FromString,
+                _registered_method=True)
+        self.MoveShard = channel.unary_unary(
+                '/star.Coordinator/MoveShard',
+                request_serializer=star__pb2.MoveShardRequest.SerializeToString,
+                response_deserializer=star__pb2.MoveShardReply.FromString,
                 _registered_method=True)
 
 
@@ -424,6 +477,19 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportResources(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MoveShard(self, request, context):
+        """operator: move a PS shard to another node
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -451,6 +517,16 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=star__pb2.HealthRequest.FromString,
                     response_serializer=star__pb2.HealthReply.SerializeToString,
+            ),
+            'ReportResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportResources,
+                    request_deserializer=star__pb2.HostResources.FromString,
+                    response_serializer=star__pb2.NodeCommands.SerializeToString,
+            ),
+            'MoveShard': grpc.unary_unary_rpc_method_handler(
+                    servicer.MoveShard,
+                    request_deserializer=star__pb2.MoveShardRequest.FromString,
+                    response_serializer=star__pb2.MoveShardReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -588,6 +664,60 @@ class Coordinator:
             '/star.Coordinator/Health',
             star__pb2.HealthRequest.SerializeToString,
             star__pb2.HealthReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportResources(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/star.Coordinator/ReportResources',
+            star__pb2.HostResources.SerializeToString,
+            star__pb2.NodeCommands.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MoveShard(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/star.Coordinator/MoveShard',
+            star__pb2.MoveShardRequest.SerializeToString,
+            star__pb2.MoveShardReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1197,3 +1197,42 @@ def test_a_round_with_thousands_of_blocked_pulls_is_cheap(mode):
     assert agg.version >= 2
     check_accounting(agg)
     assert elapsed < 2.0, f"{mode}: two rounds of {n} workers took {elapsed:.1f} s"
+
+
+# ---- handing a shard over (drain, then export) ---------------------------------------
+
+
+def test_outstanding_lists_workers_that_pulled_and_have_not_pushed():
+    d = Driver(ssgd((0, 1, 2)))
+    assert d.pull(0) and d.pull(1)
+    assert d.agg.outstanding == {0, 1}
+    d.push(0)
+    assert d.agg.outstanding == {1}
+
+
+def test_a_released_pull_that_is_forgotten_leaves_nothing_outstanding_and_the_worker_may_pull_again():
+    d = Driver(ssgd((0, 1)))
+    d.step(0)
+    assert not d.pull(0)
+    assert d.pull(1)
+    effects = d.push(1).effects  # closes the round, releases worker 0's pull
+    assert effects.released == [0]
+    assert d.agg.outstanding == {0}
+    d.agg.forget_pull(0)
+    assert d.agg.outstanding == frozenset() and d.agg.waiting == frozenset()
+    del d.seen[0]
+    assert d.pull(0)  # served afresh, e.g. by the shard's new home
+    check_accounting(d.agg)
+
+
+@pytest.mark.parametrize("plan", [ssgd((0, 1, 2)), kofn((0, 1, 2), 3), grouped([(0, 1), (2,)])], ids=["ssgd", "kofn", "grouped"])
+def test_closing_open_rounds_applies_every_pending_gradient_and_keeps_the_plan(plan):
+    d = Driver(plan)
+    d.step(0)
+    version = d.agg.version
+    effects = d.agg.close_open_rounds()
+    assert [a.gradient_ids for a in effects.applies] == [(0,)]
+    assert d.agg.version == version + 1 and d.agg.pending == 0
+    assert d.agg.plan == plan
+    check_accounting(d.agg)
+    assert d.agg.close_open_rounds().applies == []

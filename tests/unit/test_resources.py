@@ -1,0 +1,60 @@
+"""Resource sampling: link speeds (NIC speed vs a shaping qdisc), the job's NIC, a live sample of this host."""
+
+from __future__ import annotations
+
+import socket
+from collections import namedtuple
+
+import pytest
+
+from star.resources import HostSample, NicSample, ResourceSampler, link_bytes_per_s, nic_for_address, shaped_rate_bytes_per_s
+
+Addr = namedtuple("Addr", "family address")
+
+
+def test_a_tbf_or_htb_rate_is_the_shaped_link_speed_and_other_qdiscs_are_not():
+    qdiscs = [{"kind": "tbf", "root": True, "options": {"rate": 2500000, "burst": 32767}},
+              {"kind": "netem", "options": {"delay": {"delay": 0.005}}}]
+    assert shaped_rate_bytes_per_s(qdiscs) == 2_500_000
+    assert shaped_rate_bytes_per_s([{"kind": "htb", "options": {"rate": 1_000_000}}, *qdiscs]) == 1_000_000
+    assert shaped_rate_bytes_per_s([{"kind": "noqueue"}, {"kind": "fq_codel", "options": {}}]) is None
+
+
+@pytest.mark.parametrize("speed_mbit, shaped, expected", [(10_000, None, 1.25e9), (10_000, 2.5e6, 2.5e6), (0, None, None),
+                                                          (0, 1e6, 1e6), (100, 1e9, 12.5e6)])
+def test_link_speed_is_the_lower_of_nic_speed_and_shaper(speed_mbit, shaped, expected):
+    assert link_bytes_per_s(speed_mbit, shaped) == expected
+
+
+def test_the_job_nic_is_the_interface_holding_the_advertised_address():
+    addresses = {"lo": [Addr(socket.AF_INET, "127.0.0.1")], "eth0": [Addr(socket.AF_INET, "10.1.2.3")],
+                 "eth1": [Addr(socket.AF_INET6, "fe80::1%eth1")]}
+    assert nic_for_address("10.1.2.3", addresses) == "eth0"
+    assert nic_for_address("fe80::1", addresses) == "eth1"
+    assert nic_for_address("127.0.0.5", addresses) == "lo"
+    assert nic_for_address("node-a.example", addresses) is None
+    assert nic_for_address("10.9.9.9", addresses) is None
+
+
+def test_a_host_sample_survives_its_dict_form_at_the_precision_it_is_published():
+    sample = HostSample("10.0.0.1", 1700000000.5, 2.0, 8, 55.5, 20.5, 40.0, 123456, (NicSample("eth0", 1e6, 2e6, 1.25e9),), "eth0")
+    again = HostSample.from_dict(sample.to_dict())
+    assert again == sample and again.foreign_cpu_percent == pytest.approx(35.0)
+    assert again.nic().busiest_bytes_per_s == 2e6
+
+
+def test_sampling_this_host_gives_rates_over_the_interval_and_the_loopback_nic():
+    sampler = ResourceSampler("127.0.0.1", job_address="127.0.0.1")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+        client.sendall(b"x" * 2_000_000)
+        received = 0
+        while received < 2_000_000:
+            received += len(peer.recv(1 << 20))
+        client.close()
+        peer.close()
+    sample = sampler.sample()
+    assert sample.job_nic == "lo" and sample.interval_s > 0
+    assert sample.nic().rx_bytes_per_s * sample.interval_s >= 2_000_000
+    assert 0 <= sample.cpu_percent <= 100 and sample.cpu_count >= 1 and sample.memory_available_bytes > 0
