@@ -371,6 +371,8 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         self.total_numel = header.total_numel
         self.shard = ShardState(shard_range, initial, self.config.optimizer)
         log(logger, logging.INFO, "initialised", range=f"[{shard_range.start},{shard_range.end})", numel=shard_range.numel)
+        if self.checkpointer is not None:  # a crash before the first scheduled checkpoint still restarts initialised
+            await self.checkpointer.save_now(self.capture())
         return pb.InitReply(applied=True, version=self.aggregator.version)
 
     def _add_chunk(self, assembler: ChunkAssembler, chunk: pb.TensorChunk) -> None:
@@ -684,7 +686,11 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
             servicer.restore(checkpoint, version_at_exit if same_dir else None)
             await servicer.final_checkpoint()  # the restore (and its counters) survives the next crash too
         else:
-            log(logger, logging.WARNING, "no checkpoint to restore: starting fresh", restore_dir=config.restore_dir)
+            log(logger, logging.WARNING, "no checkpoint to restore: starting fresh", restore_dir=config.restore_dir,
+                updates_lost=version_at_exit or 0)
+            if version_at_exit:  # it had trained (and died before any checkpoint): say so, the workers re-initialise it
+                servicer.aggregator.counters["restores"] += 1
+                servicer.aggregator.counters["updates_lost_in_restart"] += version_at_exit
     pb_grpc.add_ParameterServerServicer_to_server(servicer, server)
     port = credentials.add_port(server, address(config.host, config.port))
     if port == 0:

@@ -247,6 +247,9 @@ class JobConfig:
         self.plan.build(self.workers)  # fails early on groups that do not match the workers
         if self.resume is not None:
             _require(Path(self.resume).is_dir(), "resume", self.resume, "no such directory")
+        # The job's own daemons are each other's TLS clients: they need the CA that signed the certificate.
+        _require(self.security.tls_cert_file is None or self.security.tls_ca_file is not None, "security.tls_ca_file", None,
+                 "a job serving TLS (security.tls_cert_file) needs the CA its daemons verify each other with")
 
 
 # ------------------------------------------------------------------ dict / TOML / CLI mapping

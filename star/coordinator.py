@@ -398,8 +398,12 @@ class Coordinator:
         self.ps.wait_ready(timeout_s=30.0)
         stats = self.ps.stats()
         if any(s.version > 0 for s in stats):
-            self.events.emit("resumed", versions=[s.version for s in stats], epochs=[s.plan_epoch for s in stats],
-                             reason="parameter servers restored from checkpoints")
+            versions = [s.version for s in stats]
+            self.events.emit("resumed", versions=versions, epochs=[s.plan_epoch for s in stats],
+                             updates_lost=[s.counters.get("updates_lost_in_restart", 0) for s in stats],
+                             version_skew=max(versions) - min(versions),
+                             reason="parameter servers restored from checkpoints"
+                             + (" (shards at different versions: they were checkpointed apart)" if len(set(versions)) > 1 else ""))
         self.ps_watch.observe(stats, 0)
         plan = self.config.plan.build(self.config.num_workers, epoch=max(s.plan_epoch for s in stats) + 1)
         self.ps.configure(plan)

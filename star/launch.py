@@ -118,6 +118,10 @@ class ProcessGroup:
                     return child
         return None
 
+    def live_workers(self) -> int:
+        with self.lock:
+            return sum(1 for c in self.children if c.name.startswith("worker") and c.process.poll() is None)
+
     def stop_child(self, child: Child, grace_s: float = 5.0) -> int:
         """Stop one child on purpose (SIGTERM, then SIGKILL) and forget it; returns its exit code."""
         with self.lock:
@@ -131,14 +135,16 @@ class ProcessGroup:
                 child.process.kill()
         return child.process.wait()
 
-    def shutdown(self, grace_s: float = 5.0) -> None:
-        for group in (("worker",), ("coordinator",), ("ps",)):
+    def shutdown(self, grace_s: float = 5.0, ps_grace_s: float = 40.0) -> None:
+        """SIGTERM workers, then the coordinator, then PSs (which write a final checkpoint, so they get
+        `ps_grace_s`: longer than a checkpoint write may wait for the one before it); SIGKILL stragglers."""
+        for group, wait_s in (("worker", grace_s), ("coordinator", grace_s), ("ps", ps_grace_s)):
             with self.lock:
                 members = [c for c in self.children if c.name.startswith(group)]
             for child in members:
                 if child.process.poll() is None:
                     child.process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
+            deadline = time.monotonic() + wait_s
             for child in members:
                 try:
                     child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -375,10 +381,12 @@ def should_restart(child: Child, max_restarts: int) -> bool:
 
 def _monitor(
     group: ProcessGroup, coordinator_address: str, progress: Callable[[str], None] | None, credentials: Credentials,
-    max_restarts: int = 0,
+    max_restarts: int = 0, fail_without_workers: bool = True,
 ) -> None:
     """Poll the coordinator until the job is finished; restart a crashed worker or PS while the
-    restart budget lasts, and fail when anything else crashes."""
+    restart budget lasts. A worker past its budget is left out (the coordinator drops it from the
+    plan once it has been silent for lost_after_s); anything else that crashes fails the job, and so
+    does losing every worker."""
     channel = credentials.channel(coordinator_address, CONTROL_CHANNEL_OPTIONS)
     stub = pb_grpc.CoordinatorStub(channel)
     last_print = 0.0
@@ -390,6 +398,12 @@ def _monitor(
                 fresh = group.restart(crashed)
                 if progress:
                     progress(f"{crashed.name} exited with code {code}; restarted ({fresh.restarts}/{max_restarts})")
+                continue
+            if crashed is not None and crashed.name.startswith("worker") and (group.live_workers() > 0 or not fail_without_workers):
+                crashed.critical = False
+                if progress:
+                    progress(f"{crashed.name} exited with code {crashed.process.returncode} and has no restarts left: "
+                             f"the job goes on without it")
                 continue
             if crashed is not None:
                 raise LaunchError(

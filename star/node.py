@@ -130,7 +130,9 @@ def _run(config: JobConfig, identity: NodeIdentity, store: Store, advertise: str
         agent.adopt_ps(shard, child, address_text)
     agent.start(coordinator)
     try:
-        _monitor(group, coordinator, say if rank == 0 else None, credentials, config.faults.max_restarts)
+        # A node whose own workers all died still serves its PS shards: only the coordinator's node decides the end.
+        _monitor(group, coordinator, say if rank == 0 else None, credentials, config.faults.max_restarts,
+                 fail_without_workers=False)
     finally:
         agent.stop()
         store.set(f"done/{rank}", "1")

@@ -186,8 +186,8 @@ class Worker:
                     if self.link is not None:
                         self.link.heartbeat(self.iteration)
                     continue  # still blocked on the round: normal under SSGD with a straggler
-                if exc.code() == grpc.StatusCode.NOT_FOUND:
-                    self._rejoin(ps, exc)  # a PS restarted from its checkpoint and does not know us
+                if exc.code() == grpc.StatusCode.NOT_FOUND or _not_initialised(exc):
+                    self._rejoin(ps, exc)  # a PS restarted (from its checkpoint, or empty) and does not know us
                     continue
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise
@@ -217,6 +217,11 @@ class Worker:
                 log(logger, logging.WARNING, "gradient had NaN/Inf; skipped", iteration=self.iteration)
                 return
             raise
+
+
+def _not_initialised(exc: grpc.RpcError) -> bool:
+    """A PS that restarted with no checkpoint: rejoining initialises it from this worker's latest parameters."""
+    return exc.code() == grpc.StatusCode.FAILED_PRECONDITION and "not initialised" in (exc.details() or "")
 
 
 def run_worker(config: WorkerConfig) -> int:

@@ -72,3 +72,37 @@ def test_a_restarted_ps_serves_exactly_the_checkpointed_parameters_and_continues
     assert torch.equal(_observe(reference[0]), continued)
     for client in clients + reference:
         client.close()
+
+
+def _kill(cluster) -> None:
+    for child in list(cluster.group.children):
+        child.process.send_signal(signal.SIGKILL)
+        child.process.wait(timeout=10)
+    cluster.group.children.clear()
+
+
+@pytest.mark.parametrize("every, steps, restored_version", [(5, 8, 5), (1000, 2, 0)],
+                         ids=["after_a_checkpoint", "before_the_first_scheduled_checkpoint"])
+def test_a_killed_ps_restores_its_newest_checkpoint_and_counts_exactly_the_updates_it_lacks(cluster, tmp_path, every, steps,
+                                                                                            restored_version):
+    ckpt = tmp_path / "ckpt"
+    flags = ("--checkpoint-dir", str(ckpt), "--checkpoint-every-updates", str(every), "--job-id", "job-k")
+    addresses = cluster.start_ps(1, *flags, optimizer=OPTIMIZER)
+    clients = [PSClient(addresses, worker_id=w) for w in (0, 1)]
+    for client in clients:
+        client.init_if_needed(torch.linspace(-1, 1, NUMEL), client.register(NUMEL))
+    clients[0].configure(ssgd([0, 1], epoch=1))
+    _train(clients, steps)
+    import time
+
+    time.sleep(0.5)  # let a scheduled checkpoint write (it runs in a thread) finish
+    for client in clients:
+        client.close()
+    _kill(cluster)  # SIGKILL: no final checkpoint
+
+    restarted = cluster.start_ps(1, *flags, "--restore-dir", str(ckpt), optimizer=OPTIMIZER)
+    with PSClient(restarted, worker_id=0) as client:
+        [stats] = client.stats()
+    assert stats.version == restored_version  # initialised even when no scheduled checkpoint had been written
+    assert stats.counters["restores"] == 1
+    assert stats.counters["updates_lost_in_restart"] == steps - restored_version

@@ -96,6 +96,20 @@ def test_ssgd_reaches_its_target_when_a_worker_is_killed_and_restarted(tmp_path)
     _accounted(result)
 
 
+def test_a_dead_worker_with_no_restarts_left_is_dropped_from_the_ssgd_plan_and_the_job_reaches_its_target(tmp_path):
+    job = Job(tmp_path, faults={"max_restarts": 0}, control={"lost_after_s": 3.0})
+    _wait_version(tmp_path, 10)
+    _child("worker", 3).send_signal(signal.SIGKILL)
+    result = job.result()
+    assert result["reached"], result
+    assert result["faults"]["workers_lost"] == 1 and result["restarts"] == {}
+    lost = [e for e in _events(tmp_path) if e["kind"] == "worker_lost"]
+    assert [e["worker"] for e in lost] == [3]
+    plans = [e["plan"] for e in _events(tmp_path) if e["kind"] == "plan"]
+    assert "groups=[0,1,2]" in plans[-1]
+    _accounted(result)
+
+
 def test_a_silent_worker_is_dropped_from_the_ssgd_plan_and_taken_back_when_it_reports_again(tmp_path):
     job = Job(tmp_path, control={"lost_after_s": 3.0}, stop_at_target=False, max_time_s=40.0)
     _wait_version(tmp_path, 10)
@@ -130,7 +144,9 @@ def test_a_killed_ps_restarts_from_its_checkpoint_and_the_job_reaches_its_target
     assert result["restarts"] == {"ps1": 1}
     restored = [e for e in _events(tmp_path) if e["kind"] == "ps_restored"]
     assert len(restored) == 1 and restored[0]["ps"] == 1
-    assert 0 <= restored[0]["updates_lost"] < 5 + 1  # bounded by the checkpoint interval
+    # At most one interval, plus the updates applied while that checkpoint was being written (exactness is
+    # checked step by step in test_checkpoint_restore.py).
+    assert 0 <= restored[0]["updates_lost"] <= 5 + 2
     assert result["faults"]["updates_lost"] == restored[0]["updates_lost"]
 
 

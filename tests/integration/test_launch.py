@@ -148,12 +148,12 @@ def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
     assert result["interrupted"] is True and result["reached"] is False
 
 
-def test_a_crashed_child_with_no_restarts_left_fails_the_launch_and_stops_the_rest(tmp_path):
+def test_a_crashed_ps_with_no_restarts_left_fails_the_launch_and_stops_the_rest(tmp_path):
     process = _start_endless_job(tmp_path, "--faults.max-restarts", "0")
     try:
         children = psutil.Process(process.pid).children(recursive=True)
-        worker = next(c for c in children if c.cmdline()[3:4] == ["worker"])  # python -m star.cli worker ...
-        os.kill(worker.pid, signal.SIGKILL)
+        ps = next(c for c in children if c.cmdline()[3:4] == ["ps"])  # python -m star.cli ps ...
+        os.kill(ps.pid, signal.SIGKILL)
         output, _ = process.communicate(timeout=60)
     finally:
         if process.poll() is None:

@@ -1,0 +1,54 @@
+"""Run one STAR job across the hosts of a `NetNamespaces` network, the way a cluster would:
+torchrun on every host (c10d rendezvous at host 0), each starting `star node`.
+
+Used by the multi-host integration test and by benchmarks/placement.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from benchmarks.netns import NetNamespaces
+from star.config import JobConfig, to_toml
+
+RDZV_PORT = 29400
+
+
+def run_job(net: NetNamespaces, config: JobConfig, out: Path, timeout_s: float = 240.0,
+            extra: Sequence[str] = ()) -> dict:
+    """Run `config` with one torchrun per host; returns node 0's result.json (raises with logs on failure)."""
+    out.mkdir(parents=True, exist_ok=True)
+    job = out / "job.toml"
+    job.write_text(to_toml(config))
+    env = dict(os.environ, STAR_JOB_TOKEN=secrets.token_hex(32), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    run_id = f"star{secrets.token_hex(4)}"
+    processes = []
+    for rank in range(net.nodes):
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(net.nodes), "--nproc-per-node", "1",
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{net.address(0)}:{RDZV_PORT}", "--rdzv-id", run_id,
+                "--rdzv-conf", f"is_host={'true' if rank == 0 else 'false'}", "--local-addr", net.address(rank),
+                "--max-restarts", "0", "-m", "star.node", "--config", str(job), "--quiet", *extra]
+        processes.append(net.popen(rank, argv, out / f"torchrun{rank}.log", env=env))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(p.poll() is None for p in processes):
+        if any(p.poll() not in (None, 0) for p in processes):
+            break
+        time.sleep(0.5)
+    codes = [p.poll() for p in processes]
+    if codes != [0] * net.nodes:
+        logs = "\n".join(f"--- torchrun{r}.log ---\n" + _tail(out / f"torchrun{r}.log") for r in range(net.nodes))
+        raise RuntimeError(f"multi-host job failed (torchrun exit codes {codes}, None = still running after {timeout_s} s):\n{logs}")
+    return json.loads((Path(config.out) / "result.json").read_text())
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

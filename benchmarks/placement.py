@@ -1,0 +1,113 @@
+"""Headroom placement vs naive round-robin placement, on hosts with one slow link.
+
+    python -m benchmarks.placement --nodes 4 --cap-host 1 --cap-mbit 10 --repeats 2 --out runs/placement
+
+Builds NODES network namespaces on this machine (benchmarks.netns), caps host
+CAP_HOST's link with tc, and runs the same job — one worker per host, PS shards placed
+by `star node` — under `placement.strategy = headroom` and `round_robin`, alternating
+(so drift on a shared machine hits both alike), REPEATS times each. Round-robin puts
+shard i on host i, so with CAP_HOST=1 a shard lands behind the slow link and every
+worker's push and pull of it crosses that link; headroom placement reads the link's
+shaped rate and keeps the shards elsewhere, so only the capped host's own worker pays.
+
+Prints and writes OUT/placement.md and OUT/placement.csv: TTA per run, the medians,
+and TTA(headroom) / TTA(round robin) (goal: <= 0.7, i.e. at least 30% sooner).
+Needs root (network namespaces); says why and exits 2 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.multihost import run_job
+from benchmarks.netns import NetNamespaces, unavailable
+from star.config import JobConfig, from_dict
+
+STRATEGIES = ("headroom", "round_robin")
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    out = Path(args.out)
+    rows = []
+    with NetNamespaces(nodes=args.nodes) as net:
+        applied = net.cap(args.cap_host, rate_mbit=args.cap_mbit, delay_ms=args.cap_delay_ms)
+        print(f"hosts {[net.address(r) for r in range(args.nodes)]}; host {args.cap_host} capped: {applied}", flush=True)
+        for repeat in range(args.repeats):
+            for strategy in STRATEGIES if repeat % 2 == 0 else tuple(reversed(STRATEGIES)):
+                run_dir = out / f"{strategy}-{repeat}"
+                config = from_dict(JobConfig, {
+                    "task": args.task, "workers": args.workers or args.nodes, "ps": args.ps, "out": str(run_dir / "job"),
+                    "max_time_s": args.max_time_s, "seed": args.seed, "plan": {"mode": args.mode},
+                    "placement": {"strategy": strategy}})
+                started = time.monotonic()
+                result = run_job(net, config, run_dir, timeout_s=args.max_time_s + 180)
+                ranks = result["placement"]["ranks"]
+                row = {"strategy": strategy, "repeat": repeat, "reached": result["reached"], "tta_s": result["tta_s"],
+                       "updates": result["updates"], "shard_hosts": ranks, "behind_capped_link": args.cap_host in ranks,
+                       "wall_s": round(time.monotonic() - started, 1)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def summary(rows: list[dict], args: argparse.Namespace) -> str:
+    medians = {}
+    for strategy in STRATEGIES:
+        ttas = [r["tta_s"] for r in rows if r["strategy"] == strategy and r["reached"]]
+        medians[strategy] = statistics.median(ttas) if ttas else None
+    lines = [f"{args.nodes} hosts (namespaces), host {args.cap_host}'s link capped at {args.cap_mbit} Mbit/s; "
+             f"task {args.task}, {args.workers or args.nodes} workers (one per host), {args.ps} PS shards, mode {args.mode}",
+             "", "| strategy | repeat | shard hosts | behind capped link | reached | TTA s | updates |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        tta = "" if r["tta_s"] is None else f"{r['tta_s']:.2f}"
+        lines.append(f"| {r['strategy']} | {r['repeat']} | {r['shard_hosts']} | {r['behind_capped_link']} | {r['reached']} | "
+                     f"{tta} | {r['updates']} |")
+    head, naive = medians["headroom"], medians["round_robin"]
+    lines.append("")
+    if head is not None and naive is not None:
+        ratio = head / naive
+        lines.append(f"median TTA: headroom {head:.2f} s, round robin {naive:.2f} s: ratio {ratio:.2f} "
+                     f"({1 - ratio:.0%} sooner; goal at least 30%: {'met' if ratio <= 0.7 else 'NOT met'})")
+    else:
+        lines.append(f"median TTA: headroom {head}, round robin {naive} (a strategy never reached the target)")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=None, help="default: one per node")
+    parser.add_argument("--ps", type=int, default=2)
+    parser.add_argument("--cap-host", type=int, default=1, help="the host whose link is capped (round robin puts shard i on host i)")
+    parser.add_argument("--cap-mbit", type=float, default=10.0)
+    parser.add_argument("--cap-delay-ms", type=float, default=5.0, help="added delay, where the kernel has netem")
+    parser.add_argument("--task", default="digits")
+    parser.add_argument("--mode", default="ssgd")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-time-s", type=float, default=150.0)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--out", default="runs/placement")
+    args = parser.parse_args(argv)
+    if (reason := unavailable()) is not None:
+        print(f"benchmarks.placement: cannot build hosts: {reason}", file=sys.stderr)
+        return 2
+    rows = run(args)
+    out = Path(args.out)
+    text = summary(rows, args)
+    (out / "placement.md").write_text(text)
+    with open(out / "placement.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Several hosts on one machine: network namespaces joined by a bridge, one link capped with tc,
+a torchrun-started `star node` on every host. Placement must avoid the capped host and the job must
+reach its target; every namespace the test made is gone afterwards. Skipped (with the reason)
+where namespaces cannot be made (not root, no iproute2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.multihost import run_job
+from benchmarks.netns import NetNamespaces, unavailable
+from star.config import JobConfig, from_dict
+
+pytestmark = pytest.mark.integration
+
+REASON = unavailable()
+
+
+@pytest.mark.skipif(REASON is not None, reason=f"multi-host test needs network namespaces: {REASON}")
+def test_a_torchrun_job_across_namespaces_places_no_shard_on_the_capped_host_and_reaches_its_target(tmp_path):
+    out = tmp_path / "job"
+    config = from_dict(JobConfig, {"task": "digits", "workers": 3, "ps": 2, "out": str(out), "max_time_s": 120,
+                                   "target": 0.9})
+    with NetNamespaces(nodes=3) as net:
+        capped = net.address(1)
+        net.cap(1, rate_mbit=20, delay_ms=5)
+        result = run_job(net, config, tmp_path)
+        assert result["reached"], result
+        assert result["launcher"] == "torchrun" and result["nodes"] == 3
+        placement = result["placement"]
+        assert capped not in placement["shards"].values() and 1 not in placement["ranks"]
+        assert placement["hosts"][capped]["link_bytes_per_s"] == pytest.approx(2.5e6)  # 20 Mbit/s, read from tc
+        events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+        [placed] = [e for e in events if e["kind"] == "placement"]
+        assert all(not a.startswith(capped + ":") for a in placed["addresses"])
+        for ps in result["ps_stats"]:
+            assert ps["accepted"] == ps["applied"] + ps["dropped"] + ps["pending"]
+    assert not net.exists()
