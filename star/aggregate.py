@@ -16,7 +16,10 @@ Protocol, per worker: pull (may block) -> compute -> push -> pull -> ...
 - A pull blocks while the worker has a gradient in an open round, or (SSP) while the
   worker is more than `staleness_bound` pushes ahead of the slowest worker of the plan,
   counting pushes since the plan took effect.
-- A new plan (higher epoch) closes every open round first: gradients already received
+- A new plan that changes only push pacing (same groups, quorums, bound, scale, late
+  policy) takes effect in place: open rounds stay open and pushes pulled under the
+  previous epoch are still accepted, since how gradients combine did not change.
+- Any other new plan (higher epoch) closes every open round first: gradients already received
   are applied under the old plan and their workers released; then the new plan rules,
   with every one of its workers' SSP clocks restarted at 0 (a worker that fell behind
   under an earlier plan does not hold the others back under this one, and a
@@ -117,6 +120,12 @@ class _PullRecord:
     version: int
 
 
+def _only_pacing_differs(a: SyncPlan, b: SyncPlan) -> bool:
+    """Plans that combine gradients identically but pace pushes differently."""
+    same = (a.groups, a.quorum, a.staleness_bound, a.scale, a.late_policy) == (b.groups, b.quorum, b.staleness_bound, b.scale, b.late_policy)
+    return same and a.push_pace_bytes_per_s != b.push_pace_bytes_per_s
+
+
 class Aggregator:
     """Applies one SyncPlan at a time to a stream of pulls and pushes."""
 
@@ -134,6 +143,7 @@ class Aggregator:
         self._slowest_clock = 0  # min(clock) over the plan's workers, kept in O(1) per push
         self._pulled: dict[int, _PullRecord] = {}
         self._waiting: set[int] = set()
+        self._shape_epoch = -1  # first epoch of the plan's current shape: pushes from [shape_epoch, epoch] are valid
         self._next_id = 0
         if plan is not None:
             self.configure(plan)
@@ -272,6 +282,11 @@ class Aggregator:
                 "stale_plan",
                 f"plan epoch {plan.epoch} is not newer than the plan in force (epoch {self.plan.epoch})",
             )
+        if self.plan is not None and _only_pacing_differs(self.plan, plan):
+            self.plan = plan  # pacing only: rounds, pulls and clocks carry on
+            self.counters["plan_switches"] += 1
+            return Effects()
+        self._shape_epoch = plan.epoch
         effects = self.close_open_rounds()
         # SSP clocks count pushes under the plan in force: they restart at 0 with every plan.
         self.clock = dict.fromkeys(plan.workers, 0)
@@ -305,7 +320,7 @@ class Aggregator:
             raise PushRejected(
                 inv, "future_epoch", f"push epoch {epoch} is newer than the plan in force (epoch {self.plan.epoch})"
             )
-        if epoch < self.plan.epoch:
+        if epoch < self._shape_epoch:
             raise PushRejected(
                 fp,
                 "stale_epoch",

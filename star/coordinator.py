@@ -441,7 +441,7 @@ class Coordinator:
             layout = self._layout(stats, hosts)
             if layout is not None and len(hosts) > 1 and service.hosts.in_flight() is None:
                 traffic = [size * iterations_per_s for size in layout.shard_bytes]
-                move = replacement.decide(now, layout.shard_hosts, hosts, traffic)
+                move = replacement.decide(now, layout.shard_hosts, hosts, traffic, controller.traffic.pressured)
                 if move is not None:
                     with service.lock:
                         service.start_move(move.shard, move.target, move.reason)

@@ -43,6 +43,7 @@ class PlacementConfig:
     unknown_link_bytes_per_s: float = 1.25e9  # links of unknown speed count as 10 Gbit/s
     ps_cpu_s_per_gb: float = 2.0  # core-seconds a PS spends per GB it receives and sends (receive, sum, step, serve)
     tie_util: float = 0.1  # hosts whose predicted utilisation is within this of the best count as equal: fewest shard bytes wins
+    cpu_aware: bool = True  # False: place by NIC alone (hosts that share one CPU, e.g. network namespaces of one machine)
     replace: bool = True  # move a shard off a host that stays saturated
     persist_n: int = 3  # consecutive saturated decisions before a move
     move_margin: float = 0.2  # the new host's predicted utilisation must be this much (absolute) lower
@@ -89,10 +90,11 @@ class HostState:
 def host_state(sample: HostSample, config: PlacementConfig, can_host_ps: bool = True) -> HostState:
     nic = sample.nic()
     link = nic.link_bytes_per_s if nic is not None and nic.link_bytes_per_s else config.unknown_link_bytes_per_s
+    cpu = config.cpu_aware
     return HostState(
         host=sample.host,
-        cpu_util=min(1.0, sample.cpu_percent / 100.0),
-        foreign_cpu_util=min(1.0, sample.foreign_cpu_percent / 100.0),
+        cpu_util=min(1.0, sample.cpu_percent / 100.0) if cpu else 0.0,
+        foreign_cpu_util=min(1.0, sample.foreign_cpu_percent / 100.0) if cpu else 0.0,
         cpu_count=sample.cpu_count,
         nic_used_bytes_per_s=nic.busiest_bytes_per_s if nic is not None else 0.0,
         link_bytes_per_s=link,
@@ -212,20 +214,21 @@ class ReplacementPolicy:
     _last_move_s: float = -math.inf
 
     def decide(self, now_s: float, shard_hosts: Sequence[str], hosts: Mapping[str, HostState],
-               shard_traffic: Sequence[float]) -> Move | None:
-        """`shard_traffic`: each shard's measured bytes/s per direction (shard bytes x worker iterations/s)."""
+               shard_traffic: Sequence[float], pressured: frozenset[str] = frozenset()) -> Move | None:
+        """`shard_traffic`: each shard's measured bytes/s per direction (shard bytes x worker iterations/s);
+        `pressured`: hosts whose NIC is saturated though pacing hides it (see star.policy.traffic)."""
         c = self.config
         for name in set(shard_hosts):
             state = hosts.get(name)
-            self._streak[name] = self._streak.get(name, 0) + 1 if state is not None and unfit_reason(
-                dataclasses.replace(state, can_host_ps=True), c) else 0
+            saturated = state is not None and (name in pressured or unfit_reason(dataclasses.replace(state, can_host_ps=True), c))
+            self._streak[name] = self._streak.get(name, 0) + 1 if saturated else 0
         if not c.replace or now_s - self._last_move_s < c.move_cooldown_s:
             return None
         for shard in sorted(range(len(shard_hosts)), key=lambda i: -shard_traffic[i]):
             source = hosts.get(shard_hosts[shard])
             if source is None or self._streak.get(source.host, 0) < c.persist_n:
                 continue
-            source_util = max(source.nic_util, source.cpu_util)
+            source_util = 1.0 if source.host in pressured else max(source.nic_util, source.cpu_util)
             candidates = [h for h in hosts.values() if h.host != source.host and unfit_reason(h, c) is None]
             if not candidates:
                 continue
@@ -238,7 +241,8 @@ class ReplacementPolicy:
             if after(target) <= source_util - c.move_margin:
                 self._last_move_s = now_s
                 self._streak[source.host] = 0
+                why = unfit_reason(source, c) or "NIC saturated: pushes are paced"
                 return Move(shard, source.host, target.host,
-                            f"host {source.host} saturated for {c.persist_n} decisions ({unfit_reason(source, c)}); "
+                            f"host {source.host} saturated for {c.persist_n} decisions ({why}); "
                             f"{target.host} would be at {after(target):.0%}", source_util, after(target))
         return None

@@ -212,7 +212,7 @@ class Controller:
                 events.append({"kind": "plan_deferred", "mode": plan.label, "reason": verdict.reason,
                                "predicted_util": {h: round(u, 3) for h, u in verdict.predicted_util.items()}})
                 plan = None
-        pace, reason = self.traffic.pace(pace_now, rate_now, unpaced_now, layout, len(in_force.workers))
+        pace, reason = self.traffic.pace(pace_now, layout, len(in_force.workers))
         if pace != pace_now:
             events.append({"kind": "pace", "push_pace_bytes_per_s": None if pace is None else round(pace), "reason": reason})
             return with_pace(plan or current, pace)

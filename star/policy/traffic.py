@@ -10,8 +10,13 @@ already busy, that extra traffic turns the PS into a straggler for *every* worke
   change that raises traffic past `max_util`. A change that lowers traffic always passes.
 - `TrafficGuard.pace` turns on push pacing (a plan option,
   `SyncPlan.push_pace_bytes_per_s`) when a PS host's NIC is measured above
-  `pace_above_util`, sized so that all workers' pushes fill at most `pace_target_util` of
-  that link; and turns it off once the unpaced plan is predicted to fit under `max_util`.
+  `pace_above_util` for `pace_enter_n` decisions, sized so that all workers' pushes fill
+  at most `pace_target_util` of that link; and turns it off once demand has fallen well
+  under the budget (every PS NIC below `pace_release_util` for `pace_exit_n` decisions).
+  Deciding from measured demand, with hysteresis, keeps pacing from flapping: a model
+  of "what unpaced traffic would be" is least reliable exactly when a link is the
+  bottleneck. Hosts that made pacing necessary stay `pressured` while it lasts, so
+  re-placement still sees them as saturated though pacing hides it.
 
 Pure: host states, shard layout and rate estimates in; verdicts with reasons out.
 """
@@ -33,14 +38,20 @@ class TrafficConfig:
     pace: bool = True  # pace pushes when a PS host's NIC runs above pace_above_util
     pace_above_util: float = 0.9  # measured NIC utilisation that turns pacing on
     pace_target_util: float = 0.75  # paced pushes fill at most this share of the busiest PS host's link
+    pace_release_util: float = 0.45  # pacing ends when every PS NIC stays below this (demand fell under the budget)
+    pace_enter_n: int = 2  # consecutive hot decisions before pacing starts
+    pace_exit_n: int = 5  # consecutive calm decisions before pacing ends
 
     def __post_init__(self) -> None:
         from star.config import ConfigError  # star.config imports the controller, which imports this module
 
-        for name in ("max_util", "pace_above_util", "pace_target_util"):
+        for name in ("max_util", "pace_above_util", "pace_target_util", "pace_release_util"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ConfigError(f"control.traffic.{name}", value, "must be in (0, 1]")
+        for name in ("pace_enter_n", "pace_exit_n"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"control.traffic.{name}", getattr(self, name), "must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,9 @@ def predicted_util(host: HostState, host_bytes: float, current_gradients_per_s: 
 @dataclass
 class TrafficGuard:
     config: TrafficConfig = field(default_factory=TrafficConfig)
+    pressured: frozenset[str] = frozenset()  # PS hosts whose NIC made pacing necessary (while it lasts)
+    _hot_streak: int = 0
+    _calm_streak: int = 0
 
     def check(self, current_gradients_per_s: float, proposed_gradients_per_s: float, layout: PsLayout) -> Verdict:
         """May the job go from the current to the proposed gradient rate without saturating a PS host?"""
@@ -102,29 +116,31 @@ class TrafficGuard:
                                   f"{current_gradients_per_s:.1f} -> {proposed_gradients_per_s:.1f} gradients/s", util)
         return Verdict(True, f"PS hosts stay within {self.config.max_util:.0%}", util)
 
-    def pace(self, current_pace: float | None, gradients_per_s: float, unpaced_gradients_per_s: float,
-             layout: PsLayout, num_workers: int) -> tuple[float | None, str]:
-        """The push pace the plan should carry (None: unpaced), and why.
-
-        `gradients_per_s`: the job's rate now; `unpaced_gradients_per_s`: the rate predicted
-        without pacing (what the workers' compute and links allow).
-        """
+    def pace(self, current_pace: float | None, layout: PsLayout, num_workers: int) -> tuple[float | None, str]:
+        """The push pace the plan should carry (None: unpaced), and why."""
         c = self.config
         if not c.pace or num_workers < 1:
+            self.pressured = frozenset()
             return None, "pacing off"
         by_host = {h: b for h, b in layout.bytes_by_host().items() if h in layout.hosts and b > 0}
         if not by_host:
             return current_pace, "no PS host measured yet"
+        util = {h: layout.hosts[h].nic_util for h in by_host}
         if current_pace is None:
-            hot = {h: layout.hosts[h].nic_util for h in by_host if layout.hosts[h].nic_util > c.pace_above_util}
-            if not hot:
-                return None, "no PS host's NIC is near saturation"
+            hot = {h: u for h, u in util.items() if u > c.pace_above_util}
+            self._hot_streak = self._hot_streak + 1 if hot else 0
+            if self._hot_streak < c.pace_enter_n:
+                return None, "no PS host's NIC has stayed near saturation"
+            self._hot_streak, self._calm_streak = 0, 0
+            self.pressured = frozenset(hot)
             budget = min(c.pace_target_util * layout.hosts[h].link_bytes_per_s * layout.total_bytes / by_host[h] for h in by_host)
             host = max(hot, key=hot.get)
-            return budget / num_workers, (f"PS host {host}'s NIC at {hot[host]:.0%}: each worker pushes at most "
-                                          f"{budget / num_workers / 1e6:.2f} MB/s")
-        unpaced = {h: predicted_util(layout.hosts[h], b, gradients_per_s, unpaced_gradients_per_s) for h, b in by_host.items()}
-        worst = max(unpaced.values())
-        if worst <= c.max_util:
-            return None, f"unpaced traffic would fill at most {worst:.0%} of a PS host's NIC: pacing off"
-        return current_pace, f"unpaced traffic would fill {worst:.0%} of a PS host's NIC: keep pacing"
+            return budget / num_workers, (f"PS host {host}'s NIC at {hot[host]:.0%} for {c.pace_enter_n} decisions: "
+                                          f"each worker pushes at most {budget / num_workers / 1e6:.2f} MB/s")
+        busiest = max(util.values())
+        self._calm_streak = self._calm_streak + 1 if busiest < c.pace_release_util else 0
+        if self._calm_streak >= c.pace_exit_n:
+            self._calm_streak = 0
+            self.pressured = frozenset()
+            return None, f"every PS NIC below {c.pace_release_util:.0%} for {c.pace_exit_n} decisions: demand fits, pacing off"
+        return current_pace, f"busiest PS NIC at {busiest:.0%}: keep pacing"

@@ -24,6 +24,11 @@ class Cluster:
         self._count = 0
 
     def start_ps(self, num_ps: int = 1, *extra: str, optimizer: tuple[str, ...] = ("--optimizer.name", "sgd", "--optimizer.lr", "0.1")) -> list[str]:
+        return self.spawn_ps(num_ps, *extra, optimizer=optimizer)()
+
+    def spawn_ps(self, num_ps: int = 1, *extra: str, optimizer: tuple[str, ...] = ("--optimizer.name", "sgd", "--optimizer.lr", "0.1")):
+        """Start PS daemons now; returns a call that waits until they serve and gives their addresses.
+        (Spawn from the test's own thread: a child's PDEATHSIG fires when the *thread* that started it ends.)"""
         children = []
         for i in range(num_ps):
             self._count += 1
@@ -33,7 +38,7 @@ class Cluster:
                 ["ps", "--ps-index", str(i), "--num-ps", str(num_ps), "--ready-file", str(ready), *optimizer, *extra],
             )
             children.append((child, ready))
-        return [address("127.0.0.1", _wait_ready(self.group, c, r, 60.0)) for c, r in children]
+        return lambda: [address("127.0.0.1", _wait_ready(self.group, c, r, 60.0)) for c, r in children]
 
     def stop(self) -> None:
         self.group.shutdown(grace_s=3.0)

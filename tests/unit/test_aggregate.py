@@ -1236,3 +1236,29 @@ def test_closing_open_rounds_applies_every_pending_gradient_and_keeps_the_plan(p
     assert d.agg.plan == plan
     check_accounting(d.agg)
     assert d.agg.close_open_rounds().applies == []
+
+
+# ---- pacing-only plan changes ---------------------------------------------------------------
+
+
+def test_a_pacing_only_plan_change_keeps_open_rounds_and_accepts_pushes_pulled_before_it():
+    d = Driver(ssgd((0, 1, 2)))
+    d.step(0)
+    assert d.pull(1) and d.pull(2)
+    paced = dataclasses.replace(ssgd((0, 1, 2), epoch=1), push_pace_bytes_per_s=1e6)
+    effects = d.configure(paced)
+    assert effects.applies == [] and effects.released == [] and d.agg.pending == 1
+    assert d.agg.plan == paced and d.agg.epoch == 1
+    d.push(1)  # pulled under epoch 0: still part of the same round
+    out = d.push(2)
+    assert out.status is PushStatus.APPLIED and [a.gradient_ids for a in out.effects.applies] == [(0, 1, 2)]
+    check_accounting(d.agg)
+
+
+def test_after_a_real_switch_pushes_from_before_a_pacing_change_are_stale():
+    d = Driver(ssgd((0, 1)))
+    assert d.pull(0)
+    d.configure(dataclasses.replace(ssgd((0, 1), epoch=1), push_pace_bytes_per_s=1e6))
+    d.configure(asgd((0, 1), epoch=2))
+    epoch, version = d.seen[0]
+    assert_rejected_without_change(d.agg, lambda: d.agg.push(0, epoch, version), "stale_epoch", FP)

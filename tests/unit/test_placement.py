@@ -182,6 +182,20 @@ def test_after_a_move_the_cooldown_holds_the_next_one():
     assert policy.decide(40.0, ["a", "b"], hot, [1 * MB, 1 * MB]) is not None
 
 
+def test_a_host_whose_saturation_pacing_hides_still_counts_as_saturated():
+    policy = _policy()
+    paced = {"a": host("a", nic_used=1.8 * MB, link=2.5 * MB), "b": host("b")}  # 72%: under the limit, but paced
+    moves = [policy.decide(float(t), ["a"], paced, [1 * MB], pressured=frozenset({"a"})) for t in range(3)]
+    assert moves[:2] == [None, None] and moves[2] is not None and moves[2].target == "b"
+    assert "paced" in moves[2].reason
+
+
+def test_placement_without_cpu_awareness_ignores_cpu_that_hosts_share():
+    sample = HostSample("h", 0.0, 1.0, 2, cpu_percent=99.0, job_cpu_percent=10.0, memory_percent=10.0, memory_available_bytes=1)
+    state = host_state(sample, PlacementConfig(cpu_aware=False))
+    assert state.cpu_util == 0.0 and state.foreign_cpu_util == 0.0
+
+
 def test_replacement_can_be_switched_off():
     policy = _policy(replace=False)
     hot = {"a": host("a", cpu=0.99), "b": host("b")}

@@ -39,23 +39,29 @@ def test_a_change_that_fits_or_lowers_traffic_is_allowed():
     assert TrafficGuard(TrafficConfig(guard=False)).check(10.0, 100.0, layout(nic_used=9 * MB)).allow
 
 
-def test_pushes_are_paced_when_a_ps_nic_runs_hot_and_the_budget_fits_the_link():
-    pace, reason = TrafficGuard().pace(None, 19.0, 19.0, layout(nic_used=9.5 * MB), num_workers=4)
+def test_pushes_are_paced_once_a_ps_nic_stayed_hot_and_the_budget_fits_the_link():
+    guard = TrafficGuard()
+    assert guard.pace(None, layout(nic_used=9.5 * MB), num_workers=4)[0] is None  # one hot sample is not enough
+    pace, reason = guard.pace(None, layout(nic_used=9.5 * MB), num_workers=4)
     # 75% of a 10 MB/s link for 0.5 MB of the 0.5 MB model, shared by 4 workers
     assert pace == pytest.approx(0.75 * 10 * MB / 4)
-    assert "95%" in reason
+    assert "95%" in reason and guard.pressured == {"ps-host"}
 
 
-def test_pacing_stays_while_the_unpaced_plan_would_not_fit_and_goes_when_it_would():
-    guard = TrafficGuard()
+def test_pacing_ends_only_after_demand_stayed_well_under_the_budget():
+    guard = TrafficGuard(TrafficConfig(pace_exit_n=3))
     paced = 1.875 * MB
-    assert guard.pace(paced, 15.0, 30.0, layout(nic_used=7.5 * MB), 4)[0] == paced  # unpaced: 15 MB/s of 10
-    assert guard.pace(paced, 15.0, 16.0, layout(nic_used=7.5 * MB), 4)[0] is None  # unpaced: 8 MB/s of 10
+    for used in (7.5, 3.0, 3.0, 7.0, 3.0, 3.0):  # a busy sample restarts the count
+        assert guard.pace(paced, layout(nic_used=used * MB), 4)[0] == paced
+    assert guard.pace(paced, layout(nic_used=3.0 * MB), 4)[0] is None
+    assert guard.pressured == frozenset()
 
 
 def test_no_pacing_while_no_ps_host_is_hot_or_when_switched_off():
-    assert TrafficGuard().pace(None, 10.0, 10.0, layout(nic_used=5 * MB), 4)[0] is None
-    assert TrafficGuard(TrafficConfig(pace=False)).pace(None, 10.0, 10.0, layout(nic_used=9.9 * MB), 4)[0] is None
+    guard = TrafficGuard()
+    assert all(guard.pace(None, layout(nic_used=5 * MB), 4)[0] is None for _ in range(5))
+    off = TrafficGuard(TrafficConfig(pace=False))
+    assert all(off.pace(None, layout(nic_used=9.9 * MB), 4)[0] is None for _ in range(5))
 
 
 # ---- the controller carries the verdicts out -----------------------------------------------
@@ -84,7 +90,8 @@ def test_the_controller_defers_a_switch_that_would_saturate_the_ps_host_and_logs
 def test_the_controller_paces_a_hot_ps_host_and_keeps_the_plan_shape():
     controller = Controller(for_strategy(ControlConfig(), "ssgd"), 4, 64)
     plan = asgd(range(4), 1)
-    decision = controller.decide(0, plan, _summaries({w: 0.001 for w in range(4)}), 0.0, layout(nic_used=9.6 * MB))
+    controller.decide(0, plan, _summaries({w: 0.001 for w in range(4)}), 0.0, layout(nic_used=9.6 * MB))
+    decision = controller.decide(1, plan, _summaries({w: 0.001 for w in range(4)}), 0.0, layout(nic_used=9.6 * MB))
     assert decision.plan is not None and decision.plan.groups == plan.groups
     assert decision.plan.push_pace_bytes_per_s == pytest.approx(0.75 * 10 * MB / 4)
     assert decision.plan.epoch == 2 and [e["kind"] for e in decision.events] == ["pace"]
