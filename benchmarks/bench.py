@@ -19,6 +19,14 @@ Every trace actually replayed is written to DIR/traces/ as a CSV a real run can 
 Writes DIR/summary.csv (trace, strategy, workers, tta_s, reached, mitigation),
 DIR/summary.md (best per trace in bold), DIR/goals.md (auto vs best and vs SSGD per
 trace), DIR/curves_<trace>.png, DIR/tta.png, and each run's files under DIR/runs/.
+A progress bar (one line per run when stderr is not a terminal) shows runs done and the ETA.
+
+Simulator error: `--sim --real FILE` compares the simulated TTAs with real ones for the
+same traces and strategies and writes DIR/sim_vs_real.md. FILE is the summary.csv of a
+real `star bench`, or of `python -m benchmarks.strategies` (one trace; its `clean` and
+`auto` runs stand for ssgd-clean and auto-heuristic). The error is given raw (sim / real
+− 1, which carries the calibration's absolute time scale) and relative to each side's
+clean SSGD (which is what the strategy comparisons depend on).
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ class BenchConfig:
     calibration: str | None = None  # simulator calibration TOML (None: the shipped one for `task`)
     ps: int = 2  # parameter servers (real runs)
     max_time_s: float | None = None  # per-run limit (None: 150 s real, 3000 s simulated)
+    real: str | None = None  # --sim: a real run's summary.csv to compare the simulated TTAs with (sim_vs_real.md)
 
 
 def strategy_settings(strategy: str) -> tuple[str, dict[str, Any]]:
@@ -126,19 +135,24 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def goals_table(rows: Sequence[dict[str, Any]], within: float = 0.05, cut: float = 0.40, delay: float = 0.50) -> str:
     """Per trace and auto variant: auto / the best non-auto strategy in hindsight (goal ≤ 1+within) and the TTA
-    cut vs SSGD (goal ≥ cut where SSGD's straggler delay exceeds `delay` of its clean TTA)."""
+    cut vs SSGD (goal ≥ cut where SSGD's straggler delay exceeds `delay` of its clean TTA).
+
+    `cut_ceiling` = 1 − T_clean / T_ssgd is the cut a strategy gets by removing the whole delay (reaching the
+    clean TTA); a cut goal above it needs a strategy faster than clean SSGD, which no straggler mitigation is
+    meant to be, so such rows say "above ceiling"."""
     tta = {(r["trace"], r["strategy"]): (r["tta_s"] if r["reached"] else None) for r in rows}
     best = best_per_trace([r for r in rows if not r["strategy"].startswith("auto")])  # the oracle's fixed choice
     traces = list(dict.fromkeys(r["trace"] for r in rows))
     autos = [s for s in dict.fromkeys(r["strategy"] for r in rows) if s.startswith("auto")]
     head = ("trace", "auto", "auto_tta_s", "best", "best_tta_s", "auto/best", f"within {within:.0%}", "ssgd_tta_s",
-            "clean_tta_s", "ssgd_delay", "auto_vs_ssgd", f"cut >= {cut:.0%} needed", "met")
+            "clean_tta_s", "ssgd_delay", "auto_vs_ssgd", "cut_ceiling", f"cut >= {cut:.0%} needed", "met")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for trace in traces:
         t_ssgd, t_clean = tta.get((trace, "ssgd")), tta.get((trace, CLEAN))
         b = best.get(trace)
         t_best = tta.get((trace, b)) if b else None
         d = (t_ssgd - t_clean) / t_clean if t_ssgd and t_clean else None
+        ceiling = 1 - t_clean / t_ssgd if t_ssgd and t_clean else None
         for auto in autos:
             t = tta.get((trace, auto))
             ratio = t / t_best if t and t_best else None
@@ -146,9 +160,12 @@ def goals_table(rows: Sequence[dict[str, Any]], within: float = 0.05, cut: float
             needs_cut = d is not None and d > delay
             ok_best = ratio is not None and ratio <= 1 + within
             ok_cut = (not needs_cut) or (vs is not None and vs >= cut)
+            needed = "no"
+            if needs_cut:
+                needed = "yes" if ceiling is not None and ceiling >= cut else "yes (above ceiling)"
             cells = (trace, auto, t, b, t_best, ratio, "yes" if ok_best else "NO", t_ssgd, t_clean,
-                     None if d is None else f"{d:.1%}", None if vs is None else f"{vs:.1%}", "yes" if needs_cut else "no",
-                     "yes" if ok_best and ok_cut else "NO")
+                     None if d is None else f"{d:.1%}", None if vs is None else f"{vs:.1%}",
+                     None if ceiling is None else f"{ceiling:.1%}", needed, "yes" if ok_best and ok_cut else "NO")
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -288,11 +305,41 @@ def run_real(config: BenchConfig, strategy: str, trace: TraceSpec | None, out: P
     return {**result, "curve": curve}
 
 
+def progress_bar(done: int, total: int, width: int = 24) -> str:
+    """'[#########---------------] 3/8' (pure, for the log lines)."""
+    filled = round(width * done / total) if total else width
+    return f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total}"
+
+
+class Progress:
+    """Progress of a bench: redraws one line on a terminal, else one line per run (logs stay readable)."""
+
+    def __init__(self, total: int, stream=None):
+        self.total = total
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start = time.monotonic()
+
+    def __call__(self, done: int, what: str) -> None:
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / done * (self.total - done) if done else 0.0
+        line = f"{progress_bar(done, self.total)} {what} (elapsed {elapsed:.0f} s, eta {eta:.0f} s)"
+        if self.tty:
+            end = "\n" if done == self.total else ""
+            self.stream.write("\r\033[K" + line + end)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
 def run_bench(config: BenchConfig, runner: Callable[..., dict[str, Any]] | None = None,
-              log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> list[dict[str, Any]]:
+              log: Callable[[int, str], None] | None = None) -> list[dict[str, Any]]:
     """Clean SSGD once, then every strategy on every trace; writes every output; returns the summary rows."""
     for s in config.strategies:
         strategy_settings(s)  # fail before any run on a bad name
+    if config.real and not config.sim:
+        raise ValueError("--real compares a simulation with real runs: it needs --sim")
+    real_rows = read_real_summary(Path(config.real)) if config.real else None
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     runner = runner or (run_sim if config.sim else run_real)
@@ -300,7 +347,7 @@ def run_bench(config: BenchConfig, runner: Callable[..., dict[str, Any]] | None 
     jobs: list[tuple[str, TraceSpec | None]] = [(CLEAN, None)] + [(s, t) for t in traces for s in config.strategies]
     results: list[dict[str, Any]] = []
     clean: dict[str, Any] | None = None
-    start = time.monotonic()
+    log = log or Progress(len(jobs))
     for i, (strategy, trace) in enumerate(jobs, 1):
         where = "none" if trace is None else trace.name
         run_dir = out / "runs" / where / strategy
@@ -311,10 +358,7 @@ def run_bench(config: BenchConfig, runner: Callable[..., dict[str, Any]] | None 
             clean = row
         else:
             results.append(row)
-        elapsed = time.monotonic() - start
-        eta = elapsed / i * (len(jobs) - i)
-        log(f"[{i}/{len(jobs)}] {where} {strategy}: reached={row['reached']} tta_s={row['tta_s']} "
-            f"(elapsed {elapsed:.0f} s, eta {eta:.0f} s)")
+        log(i, f"{where} {strategy}: reached={row['reached']} tta_s={row['tta_s']}")
     assert clean is not None
     ordered = []
     for trace in traces:
@@ -325,7 +369,79 @@ def run_bench(config: BenchConfig, runner: Callable[..., dict[str, Any]] | None 
     plot(out, ordered)
     (out / "bench.json").write_text(json.dumps({"config": {k: getattr(config, k) for k in config.__dataclass_fields__},
                                                 "rows": rows}, indent=1, default=str))
+    if real_rows is not None:
+        compared = compare_with_real(rows, real_rows)
+        (out / "sim_vs_real.md").write_text(sim_vs_real_table(compared, config))
     return rows
+
+
+# ---- simulator vs real runs -------------------------------------------------------------------
+REAL_RUN_NAMES = {"clean": CLEAN, "auto": "auto-heuristic"}  # benchmarks/strategies.py run names
+
+
+def read_real_summary(path: Path) -> list[dict[str, Any]]:
+    """Rows {trace, strategy, tta_s, reached} of a real star bench summary.csv, or of a
+    benchmarks/strategies.py summary.csv (trace "*": it has one trace; 'auto-clean' is left out)."""
+    with open(path, newline="") as handle:
+        raw = list(csv.DictReader(handle))
+    if not raw:
+        raise ValueError(f"{path}: no rows")
+    rows = []
+    for r in raw:
+        if "run" in r:  # benchmarks/strategies.py
+            if r["run"] == "auto-clean":
+                continue
+            strategy, trace = REAL_RUN_NAMES.get(r["run"], r["run"]), "*"
+            reached = r["reached"] in ("True", "true", "1") or (r["reached"].count("/") == 1 and r["reached"].split("/")[0] != "0")
+        else:
+            strategy, trace, reached = r["strategy"], r["trace"], r["reached"] in ("True", "true", "1")
+        tta = float(r["tta_s"]) if r.get("tta_s") not in (None, "") else None
+        rows.append({"trace": trace, "strategy": strategy, "tta_s": tta, "reached": reached and tta is not None})
+    return rows
+
+
+def compare_with_real(sim_rows: Sequence[dict[str, Any]], real_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (trace, strategy) run in both: TTAs, raw error sim/real − 1, and the error of TTA / clean TTA.
+
+    A real table with one trace ("*") is matched against every simulated trace."""
+    real = {(r["trace"], r["strategy"]): r for r in real_rows}
+    out = []
+    for r in sim_rows:
+        key = (r["trace"], r["strategy"]) if (r["trace"], r["strategy"]) in real else ("*", r["strategy"])
+        if key not in real:
+            continue
+        rr = real[key]
+        sim_clean = next((x["tta_s"] for x in sim_rows if x["trace"] == r["trace"] and x["strategy"] == CLEAN and x["reached"]), None)
+        real_clean = real.get((key[0], CLEAN), {}).get("tta_s")
+        s_t = r["tta_s"] if r["reached"] else None
+        r_t = rr["tta_s"] if rr["reached"] else None
+        raw = s_t / r_t - 1 if s_t and r_t else None
+        s_rel = s_t / sim_clean if s_t and sim_clean else None
+        r_rel = r_t / real_clean if r_t and real_clean else None
+        rel = s_rel / r_rel - 1 if s_rel and r_rel else None
+        out.append({"trace": r["trace"], "strategy": r["strategy"], "real_tta_s": r_t, "sim_tta_s": s_t, "error": raw,
+                    "real_vs_clean": r_rel, "sim_vs_clean": s_rel, "error_vs_clean": rel})
+    return out
+
+
+def sim_vs_real_table(compared: Sequence[dict[str, Any]], config: BenchConfig | None = None) -> str:
+    head = ("trace", "strategy", "real_tta_s", "sim_tta_s", "error", "real/clean", "sim/clean", "error of TTA/clean")
+    lines = []
+    if config is not None:
+        lines.append(f"Simulated ({config.workers} workers, calibration {config.calibration or config.task + ' (shipped)'}) "
+                     f"vs real runs from `{config.real}`.\n")
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    pct = lambda v: None if v is None else f"{v:+.1%}"  # noqa: E731
+    for c in compared:
+        cells = (c["trace"], c["strategy"], c["real_tta_s"], c["sim_tta_s"], pct(c["error"]), c["real_vs_clean"],
+                 c["sim_vs_clean"], pct(c["error_vs_clean"]) if c["strategy"] != CLEAN else None)
+        lines.append("| " + " | ".join(_cell(v) for v in cells) + " |")
+    raw = [abs(c["error"]) for c in compared if c["error"] is not None]
+    rel = [abs(c["error_vs_clean"]) for c in compared if c["error_vs_clean"] is not None and c["strategy"] != CLEAN]
+    if raw:
+        lines.append(f"\nMean |error|: {sum(raw) / len(raw):.1%} (max {max(raw):.1%}) over {len(raw)} runs; "
+                     + (f"of TTA/clean: {sum(rel) / len(rel):.1%} (max {max(rel):.1%}) over {len(rel)} runs." if rel else ""))
+    return "\n".join(lines) + "\n"
 
 
 # ---- command line ---------------------------------------------------------------------------
@@ -342,6 +458,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", default=None, help="--sim: calibration TOML (default: the shipped one for --task)")
     p.add_argument("--ps", type=int, default=2, help="real runs: parameter servers")
     p.add_argument("--max-time-s", type=float, default=None, help="per-run limit (default 150 real, 3000 simulated)")
+    p.add_argument("--real", default=None, help="--sim: summary.csv of real runs (star bench, or benchmarks.strategies) "
+                                                "to compare with: writes DIR/sim_vs_real.md")
     p.add_argument("--out", required=True)
 
 
@@ -350,7 +468,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         traces=tuple(args.traces), out=args.out, strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
         sim=args.sim, workers=args.workers, trace_workers=args.trace_workers, trace_stretch=args.trace_stretch,
         synthetic_iterations=args.synthetic_iterations, seed=args.seed, task=args.task, calibration=args.calibration,
-        ps=args.ps, max_time_s=args.max_time_s,
+        ps=args.ps, max_time_s=args.max_time_s, real=args.real,
     )
 
 
@@ -362,7 +480,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         print(f"star bench: {exc}", file=sys.stderr)
         return 2
     print(markdown_table(rows))
-    print(f"wrote {config.out}/summary.csv, summary.md, goals.md, tta.png, curves_*.png")
+    print(f"wrote {config.out}/summary.csv, summary.md, goals.md, tta.png, curves_*.png"
+          + (", sim_vs_real.md" if config.real else ""))
     return 0
 
 

@@ -1,12 +1,17 @@
-"""Simulator wall time at scale: workers x iterations for ssgd and auto.
+"""Simulator cost at scale: workers x iterations per strategy.
 
-    python -m benchmarks.sim_scale [--max-s 60]
+    python -m benchmarks.sim_scale [--max-s 60]                       # how cost grows (ssgd, auto)
+    python -m benchmarks.sim_scale --workers 1000 --iterations 10000 \
+        --modes ssgd,asgd,kofn,grouped,exclude,amp,batch,auto-heuristic,auto-learned   # every strategy
 
 Each run replays a 10-worker transient-straggler trace stretched to N workers
 (seeded phase shifts), with compute noise, without stopping at the target, and the
-real Controller deciding every second of simulated time. A combination whose
-predicted wall time (one timed Controller decision x the number of decisions, plus the
-engine) exceeds --max-s is skipped and marked so.
+real Controller deciding every second of simulated time. Columns: wall_s and cpu_s
+(process CPU seconds: on a shared machine the steadier figure) of the whole run,
+controller_s (wall seconds inside Controller.decide, i.e. the coordinator's policy
+classes) and engine_s = wall_s - controller_s (the simulator itself). A combination
+whose predicted wall time (one timed Controller decision x the number of decisions,
+plus the engine) exceeds --max-s is skipped and marked so.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from star.plan import ssgd
 from star.policy.controller import ControlConfig, Controller, WorkerSummary, for_strategy
@@ -22,9 +28,17 @@ from star.sim import generators, sim_config, simulate
 BASE_COMPUTE_S = 0.05
 
 
-def decision_s(workers: int, mode: str) -> float:
+def mode_and_control(strategy: str) -> tuple[str, dict[str, str]]:
+    """A --mode, or a bench name auto-heuristic / auto-learned (auto with that selector)."""
+    if strategy.startswith("auto-"):
+        return "auto", {"selector_kind": strategy.removeprefix("auto-")}
+    return strategy, {}
+
+
+def decision_s(workers: int, strategy: str) -> float:
     """Seconds of one Controller.decide over `workers` summaries (one straggler), best of 3."""
-    controller = Controller(for_strategy(ControlConfig(), mode), workers, 64)
+    mode, control = mode_and_control(strategy)
+    controller = Controller(for_strategy(ControlConfig(**control), mode), workers, 64)
     plan = ssgd(range(workers), epoch=1)
     summaries = {w: WorkerSummary((3.0 if w == 1 else 1.0) * (1 + 0.01 * (w % 7)) * 1e-3, 0.01, 64, 0, 4)
                  for w in range(workers)}
@@ -41,36 +55,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-s", type=float, default=60.0, help="skip combinations predicted to take longer")
     parser.add_argument("--workers", default="10,100,1000,10000")
     parser.add_argument("--iterations", default="1000,10000")
-    parser.add_argument("--modes", default="ssgd,auto")
+    parser.add_argument("--modes", default="ssgd,auto", help="strategies: --mode names, auto-heuristic, auto-learned")
+    parser.add_argument("--out", default=None, help="also write the Markdown table to this file")
     args = parser.parse_args(argv)
     rows = []
-    for mode in args.modes.split(","):
+    for strategy in args.modes.split(","):
+        mode, control = mode_and_control(strategy)
         for workers in map(int, args.workers.split(",")):
-            per_decision = decision_s(workers, mode)
+            per_decision = decision_s(workers, strategy)
             for iterations in map(int, args.iterations.split(",")):
                 decisions = iterations * BASE_COMPUTE_S * 1.1  # decision period 1 s of simulated time
                 engine = 2e-7 * workers * iterations + 1e-4 * iterations
                 predicted = per_decision * decisions + engine
                 if predicted > args.max_s:
-                    rows.append((mode, workers, iterations, None, None, None, f"skipped: predicted {predicted:.0f} s "
-                                 f"({decisions:.0f} decisions x {per_decision:.3f} s)"))
+                    rows.append((strategy, workers, iterations, None, None, None, None, None,
+                                 f"skipped: predicted {predicted:.0f} s ({decisions:.0f} decisions x {per_decision:.3f} s)"))
                     print(rows[-1], file=sys.stderr, flush=True)
                     continue
                 trace = generators.stretch_workers(generators.transient(10, iterations, seed=0), workers, seed=0)
                 config = sim_config({"workers": workers, "iterations": iterations, "stop_at_target": False,
-                                     "plan": {"mode": mode}, "cost": {"base_compute_s": BASE_COMPUTE_S, "compute_noise_cv": 0.05},
+                                     "plan": {"mode": mode}, "control": control,
+                                     "cost": {"base_compute_s": BASE_COMPUTE_S, "compute_noise_cv": 0.05},
                                      "convergence": {"updates_to_target": iterations / 2}})
-                tick = time.perf_counter()
+                tick, cpu = time.perf_counter(), time.process_time()
                 result = simulate(config, trace).result
-                wall = time.perf_counter() - tick
-                rows.append((mode, workers, iterations, round(wall, 2), result["controller_s"], result["decisions"],
+                wall, cpu = time.perf_counter() - tick, time.process_time() - cpu
+                rows.append((strategy, workers, iterations, round(wall, 2), round(cpu, 2), result["controller_s"],
+                             round(wall - result["controller_s"], 2), result["decisions"],
                              f"updates={result['updates']} detections={result['straggler_detections']} "
                              f"switches={result['plan_switches']} amp={result['amp_toggles']}"))
                 print(rows[-1], file=sys.stderr, flush=True)
-    print("| mode | workers | iterations | wall_s | controller_s | decisions | notes |")
-    print("|---|---|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join("" if v is None else str(v) for v in row) + " |")
+    lines = ["| strategy | workers | iterations | wall_s | cpu_s | controller_s | engine_s | decisions | notes |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rows]
+    print("\n".join(lines))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(f"`python -m benchmarks.sim_scale {' '.join(argv if argv is not None else sys.argv[1:])}`\n\n"
+                                  + "\n".join(lines) + "\n")
     return 0
 
 

@@ -9,13 +9,21 @@ config:
 - overhead_s: seconds per SSGD round (slope of time vs version on the curve) not
   explained by compute + transfers (RPC, Python, a busy 2-core host: the residual);
 - updates_to_target: the version at which the target was reached;
-- amp_time_factor: bf16-autocast / fp32 step time of the task, timed in-process.
-Only clean SSGD is used: no strategy is fitted, so sim-vs-real errors are honest.
+- amp_time_factor: bf16-autocast / fp32 step time of the task, timed in-process;
+- staleness_penalty (convergence): from a second, clean ASGD run of the same job — the
+  value of p for which the model's progress per ASGD update, averaged over the staleness
+  histogram the PSs measured, reaches the target in as many updates as the real run
+  took (`fit_staleness`). Without it (or if ASGD misses the target) the default stays.
+No straggler strategy is fitted (both runs are clean), so sim-vs-real errors on
+straggler traces are honest. B_noise is not fitted: the coordinator does not record
+the online estimate for a fixed-mode run, so `[convergence] b_noise` stays 0 (every
+batch equally efficient) unless set by hand.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -29,8 +37,7 @@ def fit(result: dict[str, Any], curve: list[tuple[float, int, float]], events: l
     compute_s = float(result["compute_s_median"])
     comm_s = float(result["comm_s_median"])
     target = float(result["target"])
-    reached = [e for e in events if e.get("kind") == "target_reached"]
-    updates = float(reached[0]["version"] if reached else result["updates"])
+    updates = target_updates(result, events)
     points = [p for p in curve if p[1] > 0]
     (t0, v0, _), (t1, v1, _) = points[0], points[-1]
     round_s = (t1 - t0) / (v1 - v0) if v1 > v0 else compute_s + comm_s
@@ -56,6 +63,41 @@ def fit(result: dict[str, Any], curve: list[tuple[float, int, float]], events: l
     }
 
 
+def fit_staleness(ssgd_updates: float, asgd_updates: float, staleness_histogram: dict[Any, int], workers: int,
+                  b_noise: float = 0.0, batch_size: int = 1) -> float:
+    """The staleness penalty p that makes the convergence model need `asgd_updates` single-gradient
+    updates, with the measured staleness histogram, for the progress `ssgd_updates` SSGD updates give.
+
+    Progress of one ASGD update with staleness s = (1/N)·e / (1 + p·s), e = the batch-efficiency
+    ratio (1 + B_noise/(N·b)) / (1 + B_noise/b) (1 when B_noise = 0), so p solves
+    mean_s 1/(1 + p·s) = N·U_ssgd / (e·U_asgd). Monotone in p: bisection. 0 when ASGD needed no more
+    updates than staleness-free single gradients would."""
+    counts = {int(k): int(v) for k, v in staleness_histogram.items() if int(v) > 0}
+    if not counts or asgd_updates <= 0 or ssgd_updates <= 0:
+        raise ValueError("fit_staleness needs positive update counts and a non-empty staleness histogram")
+    total = sum(counts.values())
+    efficiency = 1.0
+    if b_noise > 0:
+        efficiency = (1 + b_noise / (workers * batch_size)) / (1 + b_noise / batch_size)
+    ratio = workers * ssgd_updates / (efficiency * asgd_updates)
+    mean_worth = lambda p: sum(c / (1 + p * s) for s, c in counts.items()) / total  # noqa: E731
+    if ratio >= 1 or max(counts) == 0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while mean_worth(hi) > ratio and hi < 1e6:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean_worth(mid) > ratio else (lo, mid)
+    return (lo + hi) / 2
+
+
+def target_updates(result: dict[str, Any], events: list[dict[str, Any]]) -> float:
+    """Updates applied when the target was reached (the run's last version if it has no such event)."""
+    reached = [e for e in events if e.get("kind") == "target_reached"]
+    return float(reached[0]["version"] if reached else result["updates"])
+
+
 def read_run(out: Path) -> tuple[dict[str, Any], list[tuple[float, int, float]], list[dict[str, Any]]]:
     result = json.loads((out / "result.json").read_text())
     with open(out / "curve.csv", newline="") as handle:
@@ -77,8 +119,9 @@ def amp_factor(task_name: str, threads: int = 1) -> float:
 
 
 def run_calibration(task: str, out: str, workers: int = 4, ps: int = 2, seed: int = 0, max_time_s: float = 150.0,
-                    progress=None) -> dict[str, Any]:
-    """Launch one clean SSGD job, fit, and write OUT/calibration.toml; returns the tables."""
+                    progress=None, asgd: bool = True) -> dict[str, Any]:
+    """Launch a clean SSGD job (and, with `asgd`, a clean ASGD one for the staleness penalty), fit, and
+    write OUT/calibration.toml; returns the tables."""
     from star.flat import FlatModel
     from star.launch import launch
     from star.tasks import get_task
@@ -94,6 +137,18 @@ def run_calibration(task: str, out: str, workers: int = 4, ps: int = 2, seed: in
                  batch_size=job.batch_size or task_obj.default_batch_size, higher_is_better=task_obj.higher_is_better)
     tables["measured"] = {"task": task, "workers": workers, "ps": ps, "seed": seed, "tta_s": round(result["tta_s"], 4),
                           "updates": result["updates"]}
+    if asgd:
+        asgd_job = dataclasses.replace(job, out=str(out_path / "asgd"), plan=dataclasses.replace(job.plan, mode="asgd"))
+        asgd_result = launch(asgd_job, progress=progress)
+        if asgd_result.get("reached") and asgd_result.get("ps_stats"):
+            a_result, _, a_events = read_run(out_path / "asgd")
+            a_updates = target_updates(a_result, a_events)
+            histogram = asgd_result["ps_stats"][0]["staleness"]  # every PS applies every update: one is enough
+            tables["convergence"]["staleness_penalty"] = round(fit_staleness(
+                tables["convergence"]["updates_to_target"], a_updates, histogram, workers), 4)
+            tables["measured"].update({"asgd_tta_s": round(asgd_result["tta_s"], 4), "asgd_updates": a_updates})
+        else:
+            tables["measured"]["asgd"] = f"did not reach the target ({asgd_result.get('reason')}): staleness_penalty not fitted"
     write_calibration(out_path / "calibration.toml", tables)
     return tables
 

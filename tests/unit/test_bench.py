@@ -58,10 +58,56 @@ def test_sim_bench_writes_every_output(tmp_path, capsys):
         data = (out / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 1000
     assert (out / "runs" / "slow3" / "kofn" / "result.json").exists()
-    assert "[3/3] slow3 kofn" in capsys.readouterr().err
+    assert "] 3/3 slow3 kofn: reached=True" in capsys.readouterr().err  # the progress bar's last line
 
 
 def test_a_bad_strategy_name_fails_before_any_run(tmp_path, capsys):
     code = main(["bench", "--traces", "synthetic:static", "--sim", "--strategies", "ssgd,oracle", "--out", str(tmp_path / "b")])
     assert code == 2 and "oracle" in capsys.readouterr().err
     assert not (tmp_path / "b" / "summary.csv").exists()
+
+
+def test_progress_bar_fills_with_the_runs_done():
+    assert bench.progress_bar(0, 4, width=8) == "[--------] 0/4"
+    assert bench.progress_bar(2, 4, width=8) == "[####----] 2/4"
+    assert bench.progress_bar(4, 4, width=8) == "[########] 4/4"
+
+
+def test_sim_is_compared_with_real_runs_raw_and_relative_to_clean_ssgd(tmp_path):
+    real = tmp_path / "strategies.csv"  # benchmarks/strategies.py format: one trace, run names clean / auto
+    real.write_text("run,strategy,trace,reached,tta_s\nclean,ssgd,none,True,10.0\nssgd,ssgd,t.csv,True,20.0\n"
+                    "auto,auto,t.csv,True,12.0\nauto-clean,auto,none,True,11.0\n")
+    sim = bench.summary_rows([_result("t", bench.CLEAN, 20.0), _result("t", "ssgd", 30.0), _result("t", "auto-heuristic", 30.0),
+                              _result("t", "kofn", 25.0)])
+    compared = {c["strategy"]: c for c in bench.compare_with_real(sim, bench.read_real_summary(real))}
+    assert set(compared) == {bench.CLEAN, "ssgd", "auto-heuristic"}  # kofn has no real run
+    assert compared["ssgd"]["error"] == pytest.approx(0.5)  # 30 s simulated vs 20 s real
+    assert compared["ssgd"]["error_vs_clean"] == pytest.approx(1.5 / 2.0 - 1)  # 1.5x clean vs 2x clean
+    assert compared["auto-heuristic"]["error_vs_clean"] == pytest.approx(1.5 / 1.2 - 1)
+    table = bench.sim_vs_real_table(list(compared.values()))
+    assert "| t | ssgd | 20.00 | 30.00 | +50.0% |" in table and "Mean |error|" in table
+
+
+def test_sim_bench_with_real_runs_writes_the_comparison(tmp_path):
+    trace = write_simple_csv(Trace.from_rows([(0, w, 2.0 if w == 1 else 1.0) for w in range(4)]
+                                             + [(200, w, 2.0 if w == 1 else 1.0) for w in range(4)]), tmp_path / "slow1.csv")
+    real = tmp_path / "real.csv"  # a real star bench summary.csv
+    real.write_text("trace,strategy,workers,tta_s,reached,mitigation\nslow1,ssgd-clean,4,10.0,True,\n"
+                    "slow1,ssgd,4,16.0,True,0.0\n")
+    out = tmp_path / "b"
+    assert main(["bench", "--traces", str(trace), "--sim", "--strategies", "ssgd", "--real", str(real), "--out", str(out)]) == 0
+    text = (out / "sim_vs_real.md").read_text()
+    assert "| slow1 | ssgd | 16.00 |" in text and "| slow1 | ssgd-clean | 10.00 |" in text
+    assert main(["bench", "--traces", str(trace), "--strategies", "ssgd", "--real", str(real), "--out", str(out)]) == 2
+
+
+def test_goals_table_checks_auto_against_the_best_and_the_cut_and_its_ceiling():
+    rows = bench.summary_rows([_result("a", bench.CLEAN, 10.0), _result("a", "ssgd", 20.0), _result("a", "kofn", 11.0),
+                               _result("a", "auto-heuristic", 11.5),
+                               _result("b", bench.CLEAN, 10.0), _result("b", "ssgd", 16.0), _result("b", "batch", 14.0),
+                               _result("b", "auto-heuristic", 14.0)])
+    lines = {line.split(" | ")[0].strip("| "): line for line in bench.goals_table(rows).splitlines()[2:]}
+    # a: auto 4.5% over kofn, 42.5% under SSGD (delay 100% > 50%, ceiling 50%): both goals met
+    assert "| 1.045 | yes |" in lines["a"] and "| 42.5% | 50.0% | yes | yes |" in lines["a"]
+    # b: delay 60% needs a 40% cut, but removing the whole delay only cuts 37.5%
+    assert "| 12.5% | 37.5% | yes (above ceiling) | NO |" in lines["b"]
