@@ -133,6 +133,7 @@ class Controller:
         self.traffic = TrafficGuard(config.traffic)
         self.batch_sizes = {w: base_batch for w in range(num_workers)}
         self.lost: set[int] = set()
+        self.judged: set[int] = set()  # workers that have had enough reports to be judged at least once
         self.base_plan: SyncPlan | None = None  # the first plan seen: what a rejoining worker goes back to
 
     def decide(self, period: int, current: SyncPlan, workers: Mapping[int, WorkerSummary], b_noise: float = 0.0,
@@ -155,8 +156,9 @@ class Controller:
             self.amp.forget(w)
             events.append({"kind": "worker_lost", "worker": w, "silent_s": round(workers[w].silent_s, 2), "reason": f"no report for > {c.lost_after_s} s"})
         active = {w: s for w, s in workers.items() if w not in self.lost and s.reports >= c.min_reports}
-        if any(w not in active for w in current.workers if w not in self.lost):
-            # Not every worker can be judged yet: only handle losses.
+        self.judged |= set(active)
+        if any(w not in self.judged for w in current.workers if w not in self.lost):
+            # Some worker was never judged (the start, a rejoin): only handle losses until it can be.
             plan = self._membership_plan(current, newly_lost, rejoined)
             if plan is not None:
                 plan = with_epoch(plan, current.epoch + 1)
@@ -172,16 +174,26 @@ class Controller:
             events.append({"kind": "straggler_recovered", "worker": w, "per_sample_ms": round(normalised[w] * 1e3, 4),
                            "median_ms": round(median * 1e3, 4)})
 
+        # A worker re-measuring after an AMP switch (judged before, too few fresh reports now) keeps its
+        # batch size and AMP setting; the others are decided on without waiting for it.
+        held = {w for w in current.workers if w not in self.lost and w not in active}
+        per_sample = {w: s.per_sample_s for w, s in active.items()}  # what each will take per sample next
         amp: dict[int, bool] = {}
         if c.amp:
-            raw = {w: s.per_sample_s for w, s in active.items()}
-            for d in self.amp.decide(period, detection.stragglers, raw, {w: s.amp_reports for w, s in active.items()}):
+            speedup_before = {w: self.amp.speedup(w) for w in active}
+            on_before = {w: self.amp.enabled(w) for w in active}
+            for d in self.amp.decide(period, detection.stragglers, dict(per_sample), {w: s.amp_reports for w, s in active.items()}):
                 amp[d.worker] = d.amp
                 events.append({"kind": "amp", "worker": d.worker, "amp": d.amp, "reason": d.reason})
+                if d.amp and not on_before[d.worker]:
+                    held.add(d.worker)  # just switched on: its speed is unknown until verified
+                elif not d.amp:
+                    per_sample[d.worker] *= speedup_before[d.worker]  # off again: back to its speed without AMP
 
         batch: dict[int, int] = {}
-        if c.batch and len(active) >= 2:
-            batch = self._batch_sizes(active, events)
+        if c.batch and len(active) - len(held & set(active)) >= 2:
+            batch = self._batch_sizes({w: s for w, s in active.items() if w not in held}, per_sample,
+                                      {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events)
 
         plan = self._plan(period, current, active, detection.stragglers, b_noise, events)
         if layout is not None and layout.hosts:
@@ -228,11 +240,13 @@ class Controller:
             return without_workers(current, gone)
         return None
 
-    def _batch_sizes(self, active: Mapping[int, WorkerSummary], events: list[dict[str, Any]]) -> dict[int, int]:
+    def _batch_sizes(self, active: Mapping[int, WorkerSummary], per_sample_s: Mapping[int, float], held: Mapping[int, int],
+                     events: list[dict[str, Any]]) -> dict[int, int]:
+        """Split the global batch left after the `held` workers' sizes over the `active` ones by speed."""
         c = self.config.batching
         workers = sorted(active)
-        global_batch = self.base_batch * len(workers)
-        per_sample = {w: active[w].per_sample_s for w in workers}
+        global_batch = self.base_batch * (len(workers) + len(held)) - sum(held.values())
+        per_sample = {w: per_sample_s[w] for w in workers}
         fixed = {w: active[w].comm_s for w in workers}
         try:
             proposed = solve_batch_sizes(

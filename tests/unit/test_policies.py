@@ -252,6 +252,45 @@ def test_no_detection_and_no_change_without_stragglers():
         assert not [e for e in decision.events if e["kind"] == "straggler_detected"]
 
 
+def test_a_worker_re_measuring_after_an_amp_switch_does_not_stall_decisions_for_the_others():
+    controller = Controller(for_strategy(ControlConfig(amp=True, batch=False, selector=False), "ssgd"), 6, 32)
+    plan = ssgd(range(6), epoch=1)
+    slow5 = _summaries({0: 1e-3, 1: 1e-3, 2: 1e-3, 3: 1e-3, 4: 1e-3, 5: 3e-3})
+    controller.decide(0, plan, slow5)
+    assert controller.decide(1, plan, slow5).amp == {5: True}
+    # worker 5 now has no fresh reports under AMP; worker 4 turns slow meanwhile
+    remeasuring = {**slow5, 5: WorkerSummary(1.0, 0.002, 32, 0, 0), 4: WorkerSummary(3e-3, 0.002, 32, 0, 8)}
+    controller.decide(2, plan, remeasuring)
+    decision = controller.decide(3, plan, remeasuring)
+    assert decision.amp == {4: True}  # decided without waiting for worker 5
+    assert 5 in decision.stragglers  # its standing is kept, not forgotten
+
+
+def test_batch_sizes_keep_the_global_batch_and_hold_a_worker_whose_amp_just_switched_on():
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    slow3 = _summaries({0: 1e-3, 1: 1e-3, 2: 1.5e-3, 3: 3e-3})
+    decisions = [controller.decide(p, plan, slow3) for p in range(2)]
+    assert decisions[1].amp == {3: True}
+    sizes = decisions[0].batch_sizes or decisions[1].batch_sizes
+    assert sizes and 3 not in decisions[1].batch_sizes  # held while AMP's effect is unknown
+    assert sum(controller.batch_sizes.values()) == 4 * 32  # the update stays a global-batch step
+
+
+def test_when_a_verified_amp_worker_turns_amp_off_its_batch_is_sized_for_its_speed_without_amp():
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    from star.policy.amp import _WorkerAmp
+
+    controller.amp.workers[3] = _WorkerAmp(AmpState.ON, baseline_s=2e-3, speedup=2.0)  # verified: AMP made it 2x faster
+    controller.judged |= set(range(4))
+    # It no longer counts as a straggler, so AMP goes off; with AMP it showed 1 ms/sample, without it takes 2.
+    recovered = {w: WorkerSummary(1e-3, 0.002, 32, 8 if w == 3 else 0, 8) for w in range(4)}
+    decisions = [controller.decide(p, plan, recovered) for p in range(3)]
+    off = next(d for d in decisions if d.amp == {3: False})
+    assert off.batch_sizes and off.batch_sizes[3] < 32  # sized for 2 ms/sample, not the 1 ms it showed with AMP
+
+
 def test_without_workers_shrinks_groups_and_quorums():
     from star.plan import kofn
 
