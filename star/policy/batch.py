@@ -3,7 +3,11 @@
 Minimise the slowest worker's iteration time max_i (c_i + b_i·s_i) subject to
 Σ b_i = B and b_min ≤ b_i ≤ b_max, with integer b_i. Each worker's cost is increasing
 in its batch, so handing out samples one at a time to the worker whose time would
-grow least (a heap) is exact for this separable min-max problem.
+grow least (a heap) is exact for this separable min-max problem. `solve_batch_sizes` gives
+exactly the heap's answer without popping sample by sample: a threshold search on the
+finishing time hands out in bulk every sample the heap would hand out before it, and sorts
+only the few near the threshold the way the heap would pop them (O(N log N) per call,
+however large the global batch).
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ def solve_batch_sizes(
     workers = sorted(per_sample_s)
     if not workers:
         raise BatchPlanError("per_sample_s is empty")
-    if any(per_sample_s[w] <= 0 for w in workers):
+    s = np.array([per_sample_s[w] for w in workers])
+    numeric = s.dtype == np.float64 or s.dtype.kind in "iu"  # else: the plain-Python check and heap, as before
+    if (s <= 0).any() if numeric else any(per_sample_s[w] <= 0 for w in workers):
         raise BatchPlanError(f"per_sample_s must be > 0, got {dict(per_sample_s)}")
     upper = max_batch if max_batch is not None else global_batch
     if min_batch * len(workers) > global_batch or upper * len(workers) < global_batch:
@@ -48,6 +54,10 @@ def solve_batch_sizes(
             f"global_batch={global_batch} cannot be split over {len(workers)} workers within [{min_batch}, {upper}]"
         )
     fixed = fixed_s or {}
+    if numeric:
+        sizes = _window_sizes(workers, s.astype(np.float64), fixed, global_batch, min_batch, upper)
+        if sizes is not None:
+            return sizes
     sizes = _bulk_sizes(workers, per_sample_s, fixed, global_batch - min_batch * len(workers), min_batch, upper)
     heap = [(fixed.get(w, 0.0) + (sizes[w] + 1) * per_sample_s[w], w) for w in workers if sizes[w] < upper]
     heapq.heapify(heap)
@@ -57,6 +67,81 @@ def solve_batch_sizes(
         if sizes[w] < upper:
             heapq.heappush(heap, (fixed.get(w, 0.0) + (sizes[w] + 1) * per_sample_s[w], w))
     return sizes
+
+
+def _slots_below(threshold: float, c: np.ndarray, s: np.ndarray, min_batch: int, upper: int) -> np.ndarray:
+    """Per worker, its size after every sample whose finishing time c + b·s (the heap's float
+    expression) is < threshold: the b in [min_batch, upper] with c + b·s < threshold <= c + (b+1)·s."""
+    q = np.minimum(np.maximum((threshold - c) / s, min_batch), upper + 1)
+    b = np.minimum(np.maximum(np.ceil(q).astype(np.int64) - 1, min_batch), upper)
+    for _ in range(64):  # the quotient is off by at most a step or two: settle on the exact float comparison
+        down = (b > min_batch) & (c + b * s >= threshold)
+        up = (b < upper) & (c + (b + 1) * s < threshold)
+        if not (down.any() or up.any()):
+            return b
+        b = b - down + up
+    raise ArithmeticError("slot count did not settle")
+
+
+def _window_sizes(workers: list[int], s: np.ndarray, fixed: Mapping[int, float], global_batch: int, min_batch: int,
+                  upper: int) -> dict[int, int] | None:
+    """The heap's answer, vectorised. The one-at-a-time greedy hands out, in order of (finishing time,
+    worker id), the samples with the smallest finishing times c_w + b·s_w (b = min_batch+1..upper;
+    each worker's times only grow with b, so the heap merges sorted runs). So: search a time T
+    until few samples lie in [T_lo, T_hi), where at most global_batch sizes' worth of samples finish
+    before T_lo and at least that many before T_hi; hand out every sample before T_lo and the rest
+    from the window, sorted exactly as the heap pops them. None (use the heap) where the input is
+    not float64/int numbers, all finite."""
+    c = np.array([fixed.get(w, 0.0) for w in workers])
+    if c.dtype != np.float64 and c.dtype.kind not in "iu":
+        return None
+    c = c.astype(np.float64)
+    if not (np.isfinite(s).all() and np.isfinite(c).all()):
+        return None
+    n = len(workers)
+    if global_batch == min_batch * n or upper == min_batch:
+        return {w: min_batch for w in workers}
+    # (T, sizes, their sum) with at most global_batch samples finishing before T, and with at least as many.
+    lo = (float((c + (min_batch + 1) * s).min()), np.full(n, min_batch, dtype=np.int64), min_batch * n)  # none before
+    hi = (float(np.nextafter((c + upper * s).max(), np.inf)), np.full(n, upper, dtype=np.int64), upper * n)  # all before
+
+    def probe(t: float, lo: tuple, hi: tuple) -> tuple[tuple, tuple, str]:
+        b = _slots_below(t, c, s, min_batch, upper)
+        count = int(b.sum())
+        return ((t, b, count), hi, "lo") if count <= global_batch else (lo, (t, b, count), "hi")
+
+    try:
+        while hi[2] - lo[2] > n // 2 + 64:
+            # Samples finish at a roughly steady rate in T: probe either side of where global_batch
+            # should be reached; where that does not bracket it, halve the bracket too.
+            guess = lo[0] + (hi[0] - lo[0]) * ((global_batch - lo[2]) / (hi[2] - lo[2]))
+            width = (hi[0] - lo[0]) * (n / 8 / (hi[2] - lo[2]))
+            sides = set()
+            for t in (guess - width, guess + width):
+                if lo[0] < t < hi[0]:
+                    lo, hi, side = probe(t, lo, hi)
+                    sides.add(side)
+            if len(sides) < 2:
+                middle = (lo[0] + hi[0]) / 2
+                if not lo[0] < middle < hi[0]:
+                    break  # adjacent floats: what is left is samples tied at one finishing time
+                lo, hi, _ = probe(middle, lo, hi)
+    except ArithmeticError:
+        return None
+    (_, lo_b, lo_n), (_, hi_b, hi_n) = lo, hi
+    if hi_n - lo_n > 8 * n + 4096:  # so wide a window only from pathological input: the heap instead
+        return None
+    rest = global_batch - lo_n
+    if rest:
+        extra = hi_b - lo_b  # per worker, its samples finishing in [lo_t, hi_t)
+        who = np.repeat(np.arange(n), extra)
+        starts = np.cumsum(extra) - extra
+        size = lo_b[who] + 1 + (np.arange(len(who)) - starts[who])  # each sample's size once handed out
+        finish = c[who] + size * s[who]
+        # In (worker, size) order already, so a stable sort on the finishing time is the heap's order.
+        first = np.argsort(finish, kind="stable")[:rest]
+        lo_b = lo_b + np.bincount(who[first], minlength=n)
+    return dict(zip(workers, lo_b.tolist()))
 
 
 def _bulk_sizes(workers: list[int], per_sample_s: Mapping[int, float], fixed: Mapping[int, float], remaining: int,

@@ -1,0 +1,409 @@
+"""The mode selector's and batch solver's fast paths against their plain-Python definitions.
+
+`HeuristicSelector.decide` scores every candidate from one sort of the iteration times and
+builds candidate plans without re-validating each one; `solve_batch_sizes` picks the samples
+by a threshold search instead of a heap. Both must give exactly what they gave before. The
+reference implementations below are the pre-fast-path code, copied verbatim (they import
+nothing from the fast paths), so any drift shows up here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+import pytest
+
+from star.plan import LatePolicy, PlanError, SyncPlan, asgd, exclude, grouped, kofn, ssgd
+from star.policy import selector as sel
+from star.policy.batch import solve_batch_sizes
+from star.policy.selector import (Estimate, HeuristicSelector, ModeDecision, SelectorConfig, candidate_plans, estimate,
+                                  kofn_quorums, same_shape)
+
+# ---------------------------------------------------------------- reference (verbatim, pre fast path)
+
+
+def _ref_efficiency(batch: float, full_batch: float, b_noise: float) -> float:
+    if b_noise <= 0 or batch <= 0:
+        return 1.0
+    return (1 + b_noise / batch) / (1 + b_noise / full_batch)
+
+
+def ref_estimate(plan: SyncPlan, iter_time_s: Mapping[int, float], batch: Mapping[int, int], b_noise: float, penalty: float) -> Estimate:
+    n = plan.total_workers
+    full_batch = sum(batch[w] for group in plan.groups for w in group)
+    rounds: list[tuple[float, int, float]] = []  # (updates/s, gradients per update, batch per update)
+    apply_late = plan.late_policy is LatePolicy.APPLY
+    for group, quorum in zip(plan.groups, plan.quorum):
+        if len(group) == 1:  # the common case at scale (ASGD, excluded workers): no sort
+            w = group[0]
+            rounds.append((1.0 / iter_time_s[w], 1, float(batch[w])))
+            continue
+        ordered = sorted(group, key=iter_time_s.__getitem__)
+        on_time = ordered[:quorum]
+        rounds.append((1.0 / iter_time_s[on_time[-1]], quorum, float(sum(batch[w] for w in on_time))))
+        if apply_late:
+            rounds.extend((1.0 / iter_time_s[w], 1, float(batch[w])) for w in ordered[quorum:])
+    updates_per_s = sum(rate for rate, _, _ in rounds)
+    gradients_per_s = sum(rate * count for rate, count, _ in rounds)
+    weighted_eff = weighted_stale = 0.0
+    for rate, count, update_batch in rounds:
+        share = rate * count / gradients_per_s
+        # Other updates landing while this update's gradients were computed.
+        others = (updates_per_s - rate) / rate
+        weighted_eff += share * _ref_efficiency(update_batch, full_batch, b_noise)
+        weighted_stale += share * (1 + penalty * others)
+    seconds = (n / gradients_per_s) * weighted_eff * weighted_stale
+    return Estimate(plan, seconds, gradients_per_s, weighted_eff, weighted_stale)
+
+
+def ref_candidate_plans(workers: Sequence[int], stragglers: frozenset[int], iter_time_s: Mapping[int, float], modes: Sequence[str]) -> list[SyncPlan]:
+    workers = tuple(sorted(workers))
+    n = len(workers)
+    plans: list[SyncPlan] = []
+    if "ssgd" in modes:
+        plans.append(ssgd(workers))
+    if n >= 2:
+        if "kofn" in modes:
+            plans.extend(kofn(workers, k) for k in kofn_quorums(n, len(stragglers)))
+        if "grouped" in modes:
+            ordered = sorted(workers, key=lambda w: (iter_time_s[w], w))
+            cuts = range(1, n) if n <= 16 else sorted({round(n * f / 8) for f in range(1, 8)})
+            plans.extend(grouped([tuple(sorted(ordered[:c])), tuple(sorted(ordered[c:]))]) for c in cuts)
+        if "exclude" in modes and stragglers and len(stragglers) < n:
+            plans.append(exclude(workers, sorted(stragglers)))
+        if "asgd" in modes:
+            plans.append(asgd(workers))
+    return plans
+
+
+@dataclass
+class RefSelector:
+    config: SelectorConfig = field(default_factory=SelectorConfig)
+    _last_switch: int = -(10**9)
+
+    def decide(self, period, current, iter_time_s, batch, stragglers, b_noise=0.0) -> ModeDecision:
+        workers = current.workers
+        if any(w not in iter_time_s for w in workers):
+            return ModeDecision(None, "waiting for timings from every worker", ())
+        estimates = tuple(
+            ref_estimate(p, iter_time_s, batch, b_noise, self.config.staleness_penalty)
+            for p in ref_candidate_plans(workers, stragglers, iter_time_s, self.config.modes)
+        )
+        if not estimates:
+            return ModeDecision(None, "no candidate plans", ())
+        best = min(estimates, key=lambda e: e.seconds_per_progress)
+        now = ref_estimate(current, iter_time_s, batch, b_noise, self.config.staleness_penalty)
+        if same_shape(best.plan, current):
+            return ModeDecision(None, f"{current.label} is already the best plan ({now.seconds_per_progress:.4f} s/step)", estimates)
+        if period - self._last_switch < self.config.min_dwell:
+            return ModeDecision(None, f"dwell: last switch {period - self._last_switch} decisions ago", estimates)
+        gain = 1 - best.seconds_per_progress / now.seconds_per_progress
+        if gain < self.config.margin:
+            return ModeDecision(
+                None, f"best {best.plan.label} gains only {gain:.1%} over {current.label} (margin {self.config.margin:.0%})", estimates
+            )
+        self._last_switch = period
+        return ModeDecision(
+            best.plan,
+            f"{best.plan.label} {best.seconds_per_progress:.4f} s/step beats {current.label} {now.seconds_per_progress:.4f} by {gain:.1%}",
+            estimates,
+        )
+
+
+def one_sample_at_a_time(per_sample, total, fixed, lo, hi):
+    """The batch solver's definition: hand out samples one by one to the worker that would finish first."""
+    sizes = {w: lo for w in sorted(per_sample)}
+    heap = [(fixed.get(w, 0.0) + (lo + 1) * per_sample[w], w) for w in sizes if lo < hi]
+    heapq.heapify(heap)
+    for _ in range(total - lo * len(sizes)):
+        _, w = heapq.heappop(heap)
+        sizes[w] += 1
+        if sizes[w] < hi:
+            heapq.heappush(heap, (fixed.get(w, 0.0) + (sizes[w] + 1) * per_sample[w], w))
+    return sizes
+
+
+# ---------------------------------------------------------------- random cases
+
+FAMILIES = ("ssgd", "asgd", "ssp", "kofn", "kofn-drop", "grouped", "exclude", "candidate")
+
+
+def random_case(seed: int, n: int | None = None):
+    rng = random.Random(seed)
+    if n is None:
+        n = rng.choice([rng.randint(2, 16), rng.randint(17, 64), rng.randint(2, 2000)])
+    ids = list(range(n)) if rng.random() < 0.7 else sorted(rng.sample(range(3 * n + 5), n))
+    base = rng.choice([0.05, 0.1, 1.0, rng.uniform(0.01, 2.0)])
+    style = rng.choice(["equal", "noise", "rounded", "few-values"])
+    times = {}
+    for w in ids:
+        if style == "equal":
+            t = base
+        elif style == "noise":
+            t = base * (1 + rng.gauss(0, 0.05)) if rng.random() < 0.9 else base
+        elif style == "rounded":  # many exact ties
+            t = round(base * (1 + rng.gauss(0, 0.05)), 2) or base
+        else:
+            t = base * rng.choice([1.0, 1.1, 1.25])
+        times[w] = abs(t) or base
+    slow = rng.sample(ids, rng.choice([0, 1, 2, max(1, n // 50), max(1, n // 5), n - 1]) if n > 1 else 0)
+    for w in slow:
+        times[w] *= rng.choice([2.0, 3.0, 5.0, rng.uniform(1.5, 8.0)])
+    batch_style = rng.choice(["same", "random", "with-zeros"])
+    if batch_style == "same":
+        batch = {w: 64 for w in ids}
+    elif batch_style == "random":
+        batch = {w: rng.randint(1, 128) for w in ids}
+    else:
+        batch = {w: rng.choice([0, 0, 16, 64]) for w in ids}
+    if rng.random() < 0.7:
+        stragglers = frozenset(slow[: rng.randint(0, len(slow))]) if slow else frozenset()
+    else:
+        stragglers = frozenset(rng.sample(ids, rng.randint(0, n - 1)))
+    b_noise = 0.0 if rng.random() < 0.4 else rng.choice([1.0, 50.0, 1000.0, rng.uniform(0, 50.0 * n)])
+    config = SelectorConfig()
+    if rng.random() < 0.3:
+        modes = tuple(m for m in config.modes if rng.random() < 0.7)
+        config = SelectorConfig(margin=rng.choice([0.0, 0.05, 0.1, 0.3]), min_dwell=rng.choice([0, 3]), modes=modes)
+    current = random_plan(rng, ids, times, stragglers, config)
+    period = rng.randint(0, 50)
+    last_switch = rng.choice([-(10**9), period - 1, period - 5])
+    return current, times, batch, stragglers, b_noise, config, period, last_switch
+
+
+def random_plan(rng: random.Random, ids: list[int], times, stragglers, config) -> SyncPlan:
+    n = len(ids)
+    family = rng.choice(FAMILIES)
+    epoch = rng.randint(0, 9)
+    if family == "ssgd" or n < 2:
+        return ssgd(ids, epoch)
+    if family == "asgd":
+        return asgd(ids, epoch)
+    if family == "ssp":
+        return asgd(ids, epoch, staleness_bound=rng.randint(0, 4))
+    if family in ("kofn", "kofn-drop"):
+        late = LatePolicy.DROP if family == "kofn-drop" else LatePolicy.APPLY
+        return kofn(ids, rng.randint(1, n), epoch, late_policy=late)
+    if family == "grouped":  # random partition, groups and members in random order
+        shuffled = rng.sample(ids, n)
+        cuts = sorted(rng.sample(range(1, n), rng.randint(1, min(5, n - 1))))
+        groups = [shuffled[a:b] for a, b in zip([0] + cuts, cuts + [n])]
+        plan = grouped(groups, epoch)
+        quorum = tuple(rng.randint(1, len(g)) for g in plan.groups)
+        late = rng.choice(list(LatePolicy))
+        return dataclasses.replace(plan, quorum=quorum, late_policy=late)
+    if family == "exclude":
+        return exclude(ids, rng.sample(ids, rng.randint(0, n - 1)), epoch)
+    plans = ref_candidate_plans(ids, stragglers, times, config.modes) or [ssgd(ids)]
+    return dataclasses.replace(rng.choice(plans), epoch=epoch)
+
+
+def rel_close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * abs(b)
+
+
+def assert_same_plan(a: SyncPlan | None, b: SyncPlan | None) -> None:
+    assert (a is None) == (b is None)
+    if a is not None:
+        assert same_shape(a, b) and a == b and a.label == b.label and vars(a) == vars(b) and hash(a) == hash(b)
+
+
+def assert_same_decision(fast: ModeDecision, ref: ModeDecision, exact: bool = False) -> None:
+    assert fast.reason == ref.reason
+    assert_same_plan(fast.plan, ref.plan)
+    assert len(fast.estimates) == len(ref.estimates)
+    for e, r in zip(fast.estimates, ref.estimates):
+        assert_same_plan(e.plan, r.plan)
+        for name in ("seconds_per_progress", "gradients_per_s", "efficiency", "staleness"):
+            got, want = getattr(e, name), getattr(r, name)
+            assert (got == want) if exact else rel_close(got, want), (name, got, want)
+
+
+CASES = range(160)
+
+
+@pytest.fixture(scope="module")
+def decisions():
+    """(fast decision, reference decision, fast last switch, reference last switch) per random case."""
+    out = []
+    for seed in CASES:
+        current, times, batch, stragglers, b_noise, config, period, last = random_case(seed)
+        fast, ref = HeuristicSelector(config, last), RefSelector(config, last)
+        out.append((fast.decide(period, current, times, batch, stragglers, b_noise),
+                    ref.decide(period, current, times, batch, stragglers, b_noise), fast._last_switch, ref._last_switch))
+    return out
+
+
+def test_fast_decide_matches_the_reference_on_random_cases(decisions):
+    for fast, ref, fast_last, ref_last in decisions:
+        assert_same_decision(fast, ref)
+        assert fast_last == ref_last
+
+
+def test_fast_decide_scores_are_bit_identical(decisions):
+    # Equal bits, not just 1e-9: the selector takes the first of equally scored plans, so an
+    # off-by-one-ulp score could flip a tie between plans (ASGD vs a 1|1 split at N=2, say).
+    for fast, ref, _, _ in decisions:
+        assert_same_decision(fast, ref, exact=True)
+
+
+def test_the_random_cases_reach_every_branch(decisions):
+    reasons = [ref.reason for _, ref, _, _ in decisions]
+    assert any("already the best plan" in r for r in reasons)
+    assert any(r.startswith("dwell:") for r in reasons)
+    assert any(" gains only " in r for r in reasons)
+    assert any(" beats " in r for r in reasons)
+    assert {e.plan.label for _, ref, _, _ in decisions for e in ref.estimates} >= {"ssgd", "kofn", "grouped", "exclude", "asgd"}
+    assert max(len(ref.estimates[0].plan.workers) for _, ref, _, _ in decisions if ref.estimates) > 1000
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_estimate_matches_the_reference_for_every_plan_family(seed):
+    rng = random.Random(1000 + seed)
+    current, times, batch, stragglers, b_noise, config, _, _ = random_case(seed, n=rng.choice([3, 20, 30, 300, 1500]))
+    ids = sorted(times)
+    plans = [current] + [random_plan(random.Random(seed * 31 + i), ids, times, stragglers, config) for i in range(8)]
+    plans += [kofn(ids, max(1, len(ids) - 2), late_policy=LatePolicy.DROP), asgd(ids, staleness_bound=2)]
+    for plan in plans:
+        got, want = estimate(plan, times, batch, b_noise, 0.15), ref_estimate(plan, times, batch, b_noise, 0.15)
+        assert got.plan is plan
+        assert (got.seconds_per_progress, got.gradients_per_s, got.efficiency, got.staleness) == \
+            (want.seconds_per_progress, want.gradients_per_s, want.efficiency, want.staleness)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_candidate_plans_match_the_reference(seed):
+    current, times, _, stragglers, _, config, _, _ = random_case(seed)
+    workers = list(current.workers)
+    random.Random(seed).shuffle(workers)  # any order in, sorted plans out
+    got = candidate_plans(workers, stragglers, times, config.modes)
+    want = ref_candidate_plans(workers, stragglers, times, config.modes)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert_same_plan(a, b)
+
+
+def decide_both(current, times, batch, stragglers, b_noise=0.0):
+    outcomes = []
+    for selector in (HeuristicSelector(), RefSelector()):
+        try:
+            outcomes.append(selector.decide(10, current, times, batch, stragglers, b_noise))
+        except Exception as exc:  # noqa: BLE001 - the same error is part of "the same result"
+            outcomes.append((type(exc), str(exc)))
+    return outcomes
+
+
+@pytest.mark.parametrize("variant", ["int-times", "float32-times", "zero-time", "negative-batch", "float-batch",
+                                     "missing-batch", "unknown-straggler", "nan-time", "huge-batch"])
+def test_unusual_input_gives_what_the_reference_gives(variant):
+    ids = list(range(40))
+    times = {w: 0.1 * (1 + 0.01 * (w % 7)) for w in ids}
+    times[3] = 0.4
+    batch = {w: 32 for w in ids}
+    stragglers = frozenset({3})
+    if variant == "int-times":
+        times = {w: 1 + w % 3 for w in ids}
+    elif variant == "float32-times":
+        times = {w: np.float32(t) for w, t in times.items()}
+    elif variant == "zero-time":
+        times[5] = 0.0
+    elif variant == "negative-batch":
+        batch[7] = -4
+    elif variant == "float-batch":
+        batch[7] = 31.5
+    elif variant == "missing-batch":
+        del batch[9]
+    elif variant == "unknown-straggler":
+        stragglers = frozenset({3, 99})
+    elif variant == "nan-time":
+        times[11] = float("nan")
+    elif variant == "huge-batch":
+        batch[2] = 2**70
+    fast, ref = decide_both(ssgd(ids, epoch=1), times, batch, stragglers, 10.0)
+    if isinstance(ref, ModeDecision):
+        assert isinstance(fast, ModeDecision)
+        if variant == "nan-time":  # NaN scores: compare what can be compared
+            assert fast.reason == ref.reason and len(fast.estimates) == len(ref.estimates)
+        else:
+            assert_same_decision(fast, ref, exact=True)
+    else:
+        assert fast == ref
+
+
+def test_missing_timings_and_single_worker():
+    assert decide_both(ssgd(range(3)), {0: 0.1, 1: 0.1}, {w: 8 for w in range(3)}, frozenset())[0].reason == \
+        "waiting for timings from every worker"
+    fast, ref = decide_both(ssgd([4]), {4: 0.2}, {4: 8}, frozenset())
+    assert_same_decision(fast, ref, exact=True)
+
+
+def test_candidate_plans_from_bad_workers_raise_as_before():
+    for workers in ([], [1, 1, 2], [-1, 0, 1]):
+        outcomes = []
+        for build in (candidate_plans, ref_candidate_plans):
+            try:
+                outcomes.append(build(workers, frozenset(), {w: 0.1 for w in workers}, SelectorConfig().modes))
+            except PlanError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[0] == outcomes[1]
+
+
+# ---------------------------------------------------------------- cost
+
+
+def test_decide_validates_no_plan_per_candidate(monkeypatch):
+    """Candidates are built from the current plan's (validated) workers without SyncPlan's O(N) checks."""
+    current, times, batch, stragglers, b_noise, *_ = random_case(7, n=1000)
+    calls = []
+    original = SyncPlan.__post_init__
+    monkeypatch.setattr(SyncPlan, "__post_init__", lambda self: (calls.append(1), original(self))[1])
+    decision = HeuristicSelector().decide(10, current, times, batch, stragglers, b_noise)
+    assert len(decision.estimates) > 15 and len(calls) <= 1  # at most the chosen plan's own checks elsewhere
+
+
+# How much cheaper it is is measured by `python -m benchmarks.sim_scale` (auto at 1,000 workers), not here:
+# a timed unit test on a shared machine is noise.
+
+
+# ---------------------------------------------------------------- batch sizes
+
+
+def random_batch_case(seed: int):
+    rng = random.Random(seed)
+    n = rng.choice([1, 2, 3, rng.randint(1, 60), rng.randint(60, 1500)])
+    kind = rng.choice(["ties", "spread", "ints", "uniform"])
+    if kind == "ties":
+        values = [rng.choice([1e-3, 2e-3, 3e-3]) for _ in range(n)]
+    elif kind == "spread":
+        values = [rng.choice([1e-5, 1e-3, 1e-1]) * rng.uniform(0.5, 2) for _ in range(n)]
+    elif kind == "ints":
+        values = [rng.choice([1, 2, 3]) for _ in range(n)]
+    else:
+        values = [rng.uniform(1e-4, 1e-2) for _ in range(n)]
+    ids = rng.sample(range(5 * n), n) if rng.random() < 0.3 else list(range(n))
+    per_sample = dict(zip(ids, values))
+    fixed = None if rng.random() < 0.2 else {w: rng.choice([0.0, 0.01, rng.uniform(0, 0.05), 1]) for w in ids}
+    lo = rng.randint(0, 3)
+    base = rng.randint(max(lo, 1), 200)
+    hi = max(lo, int(base * rng.choice([1.0, 1.5, 2.0, 4.0])))
+    total = rng.randint(lo * n, hi * n) if rng.random() < 0.5 else base * n
+    return per_sample, total, fixed, lo, hi
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_batch_solver_equals_one_sample_at_a_time(seed):
+    per_sample, total, fixed, lo, hi = random_batch_case(seed)
+    got = solve_batch_sizes(per_sample, total, fixed_s=fixed, min_batch=lo, max_batch=hi)
+    want = one_sample_at_a_time(per_sample, total, fixed or {}, lo, hi)
+    assert got == want and list(got) == list(want)
+
+
+def test_batch_solver_falls_back_for_float32_input():
+    per_sample = {w: np.float32(1e-3 * (1 + w % 5)) for w in range(50)}
+    got = solve_batch_sizes(per_sample, 50 * 32, min_batch=1, max_batch=64)
+    assert got == one_sample_at_a_time(per_sample, 50 * 32, {}, 1, 64)
