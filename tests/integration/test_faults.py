@@ -59,7 +59,7 @@ class Job:
     """A launched job running in a thread."""
 
     def __init__(self, out: Path, **fields):
-        data = {"task": "digits", "workers": 4, "ps": 2, "out": str(out), "max_time_s": 120.0, **fields}
+        data = {"task": "digits", "workers": 4, "ps": 2, "out": str(out), "max_time_s": 120.0, "target": 0.9, **fields}
         self.config = from_dict(JobConfig, data)
         self.outcome: dict = {}
         self.thread = threading.Thread(target=self._run, daemon=True)
