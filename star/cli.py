@@ -21,22 +21,28 @@ LAUNCH_ALIASES = {
 }
 
 
-def _launch_parser(sub) -> None:
-    p = sub.add_parser("launch", help="run a whole job on this host (PSs, coordinator, workers)")
+def _job_parser(sub, name: str, help_text: str, handler) -> None:
+    """`star launch` and `star node` take the same job: a TOML file, every JobConfig field as a flag, short aliases."""
+    p = sub.add_parser(name, help=help_text)
     p.add_argument("--config", help="TOML file of JobConfig fields; flags override it")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    for flag, (dest, help_text) in LAUNCH_ALIASES.items():
-        p.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=help_text)
+    for flag, (dest, alias_help) in LAUNCH_ALIASES.items():
+        p.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=alias_help)
     add_config_args(p, JobConfig)
-    p.set_defaults(handler=_run_launch)
+    p.set_defaults(handler=handler)
+
+
+def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
+    """The job a `star launch` / `star node` command line describes, and its progress printer."""
+    base = load_toml(args.config) if args.config else {}
+    progress = None if args.quiet else (lambda line: print(line, flush=True))
+    return config_from_args(JobConfig, args, base), progress
 
 
 def _run_launch(args: argparse.Namespace) -> int:
     from star.launch import LaunchError, launch
 
-    base = load_toml(args.config) if args.config else {}
-    config = config_from_args(JobConfig, args, base)
-    progress = None if args.quiet else (lambda line: print(line, flush=True))
+    config, progress = _job_config(args)
     print(f"star launch: task={config.task} workers={config.workers} ps={config.ps} mode={config.plan.mode} out={config.out}", flush=True)
     try:
         result = launch(config, progress=progress)
@@ -53,23 +59,11 @@ def _run_launch(args: argparse.Namespace) -> int:
     return 130 if result.get("interrupted") else 0
 
 
-def _node_parser(sub) -> None:
-    p = sub.add_parser("node", help="run this host's part of a multi-host job (started by torchrun or srun on every host)")
-    p.add_argument("--config", help="TOML file of JobConfig fields ([node], [placement], ...); flags override it")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    for flag, (dest, help_text) in LAUNCH_ALIASES.items():
-        p.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=help_text)
-    add_config_args(p, JobConfig)
-    p.set_defaults(handler=_run_node)
-
-
 def _run_node(args: argparse.Namespace) -> int:
     from star.launch import LaunchError
     from star.node import NodeError, run_node
 
-    base = load_toml(args.config) if args.config else {}
-    config = config_from_args(JobConfig, args, base)
-    progress = None if args.quiet else (lambda line: print(line, flush=True))
+    config, progress = _job_config(args)
 
     def on_sigterm(signum, frame):  # torchrun and srun stop their tasks with SIGTERM: shut the children down cleanly
         raise KeyboardInterrupt
@@ -241,8 +235,8 @@ def _run_bench(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="star", description="STAR: straggler-tolerant parameter-server training")
     sub = parser.add_subparsers(dest="command", required=True)
-    _launch_parser(sub)
-    _node_parser(sub)
+    _job_parser(sub, "launch", "run a whole job on this host (PSs, coordinator, workers)", _run_launch)
+    _job_parser(sub, "node", "run this host's part of a multi-host job (torchrun or srun start one on every host)", _run_node)
     _ps_parser(sub)
     _worker_parser(sub)
     _coordinator_parser(sub)

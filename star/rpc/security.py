@@ -54,7 +54,11 @@ def check_token(token: str, source: str) -> str:
 def load_token(config: SecurityConfig, environ: Mapping[str, str] | None = None) -> str | None:
     """The job token from security.token_file, else from STAR_JOB_TOKEN, else None."""
     if config.token_file is not None:
-        return check_token(Path(config.token_file).read_text().strip(), "security.token_file")
+        try:
+            text = Path(config.token_file).read_text()
+        except OSError as exc:  # e.g. deleted after the config was checked
+            raise ConfigError("security.token_file", config.token_file, f"cannot be read: {exc.strerror}") from None
+        return check_token(text.strip(), "security.token_file")
     value = (os.environ if environ is None else environ).get(TOKEN_ENV, "").strip()
     return check_token(value, TOKEN_ENV) if value else None
 
