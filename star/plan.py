@@ -8,6 +8,7 @@ the same type, so the parameter server needs exactly one state machine
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterable, Sequence
@@ -83,8 +84,9 @@ class SyncPlan:
         if pace is not None and not (pace > 0 and pace != float("inf")):
             raise PlanError(f"push_pace_bytes_per_s must be a finite number > 0 or None, got {pace}")
 
-    @property
+    @functools.cached_property
     def workers(self) -> tuple[int, ...]:
+        """Every worker of the plan, sorted (computed once: plans are immutable and read often at scale)."""
         return tuple(sorted(w for group in self.groups for w in group))
 
     @property

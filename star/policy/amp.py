@@ -51,6 +51,10 @@ class AmpPolicy:
     def enabled(self, worker: int) -> bool:
         return self.workers.get(worker, _WorkerAmp()).state in (AmpState.VERIFYING, AmpState.ON)
 
+    def speedups(self) -> dict[int, float]:
+        """speedup() of every worker whose AMP is on and verified (the others' is 1)."""
+        return {w: s.speedup for w, s in self.workers.items() if s.state is AmpState.ON}
+
     def speedup(self, worker: int) -> float:
         """How much AMP speeds this worker up (1 when off), to normalise its timings."""
         w = self.workers.get(worker)

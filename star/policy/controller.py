@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from star.detect import DetectorConfig, StragglerDetector
 from star.plan import SyncPlan, exclude, ssgd, with_epoch, with_pace
@@ -82,9 +82,9 @@ def initial_mode(strategy: str) -> str:
     return strategy if strategy in FIXED_MODES else "ssgd"
 
 
-@dataclass(frozen=True)
-class WorkerSummary:
-    """One worker's recent behaviour, from reports made under its current AMP setting."""
+class WorkerSummary(NamedTuple):
+    """One worker's recent behaviour, from reports made under its current AMP setting.
+    (A NamedTuple: a decision at 1,000 workers builds a thousand of them.)"""
 
     per_sample_s: float  # median compute seconds per sample (includes replayed slowdown)
     comm_s: float  # median push seconds x 2 (pull moves the same bytes; its blocked time excluded)
@@ -156,7 +156,8 @@ class Controller:
             self.amp.forget(w)
             events.append({"kind": "worker_lost", "worker": w, "silent_s": round(workers[w].silent_s, 2), "reason": f"no report for > {c.lost_after_s} s"})
         active = {w: s for w, s in workers.items() if w not in self.lost and s.reports >= c.min_reports}
-        self.judged |= set(active)
+        if len(self.judged) < self.num_workers:
+            self.judged.update(active)
         if any(w not in self.judged for w in current.workers if w not in self.lost):
             # Some worker was never judged (the start, a rejoin): only handle losses until it can be.
             plan = self._membership_plan(current, newly_lost, rejoined)
@@ -164,7 +165,8 @@ class Controller:
                 plan = with_epoch(plan, current.epoch + 1)
             return ControlDecision(plan, {}, {}, frozenset(self.detector.stragglers), frozenset(self.lost), events)
 
-        normalised = {w: s.per_sample_s * self.amp.speedup(w) for w, s in active.items()}
+        speedups = self.amp.speedups()
+        normalised = {w: s.per_sample_s * speedups.get(w, 1.0) for w, s in active.items()}
         detection = self.detector.decide(normalised)
         median = sorted(normalised.values())[len(normalised) // 2]
         for w in sorted(detection.entered):
@@ -176,19 +178,19 @@ class Controller:
 
         # A worker re-measuring after an AMP switch (judged before, too few fresh reports now) keeps its
         # batch size and AMP setting; the others are decided on without waiting for it.
-        held = {w for w in current.workers if w not in self.lost and w not in active}
-        per_sample = {w: s.per_sample_s for w, s in active.items()}  # what each will take per sample next
+        held = {w for w in current.workers if w not in self.lost and w not in active} if c.batch else set()
+        per_sample = {w: s.per_sample_s for w, s in active.items()} if c.batch else {}  # per sample from now on
         amp: dict[int, bool] = {}
         if c.amp:
-            speedup_before = {w: self.amp.speedup(w) for w in active}
-            on_before = {w: self.amp.enabled(w) for w in active}
-            for d in self.amp.decide(period, detection.stragglers, dict(per_sample), {w: s.amp_reports for w, s in active.items()}):
+            on_before = {w: self.amp.enabled(w) for w in self.amp.workers}  # the others were never on
+            for d in self.amp.decide(period, detection.stragglers, {w: s.per_sample_s for w, s in active.items()},
+                                     {w: s.amp_reports for w, s in active.items()}):
                 amp[d.worker] = d.amp
                 events.append({"kind": "amp", "worker": d.worker, "amp": d.amp, "reason": d.reason})
-                if d.amp and not on_before[d.worker]:
+                if c.batch and d.amp and not on_before.get(d.worker, False):
                     held.add(d.worker)  # just switched on: its speed is unknown until verified
-                elif not d.amp:
-                    per_sample[d.worker] *= speedup_before[d.worker]  # off again: back to its speed without AMP
+                elif c.batch and not d.amp:
+                    per_sample[d.worker] *= speedups.get(d.worker, 1.0)  # off again: back to its speed without AMP
 
         batch: dict[int, int] = {}
         if c.batch and len(active) - len(held & set(active)) >= 2:

@@ -241,6 +241,10 @@ class LearnedSelector:
         workers = current.workers
         if any(w not in iter_time_s for w in workers):
             return ModeDecision(None, "waiting for timings from every worker", ())
+        lo, hi = self.model.ranges.get("workers", (-math.inf, math.inf))
+        if not lo <= len(workers) <= hi:  # checked first: the other features cost O(N) statistics, wasted on a fallback
+            return self._fallback(period, current, iter_time_s, batch, stragglers, b_noise,
+                                  f"workers={len(workers):.4g} not in [{lo:.4g}, {hi:.4g}]")
         times = {w: iter_time_s[w] for w in workers}
         decision = decision_features(times, comm_s or {}, batch, stragglers, b_noise)
         bad = self.model.out_of_range(decision)

@@ -301,7 +301,7 @@ def test_without_workers_shrinks_groups_and_quorums():
 def test_a_lost_worker_plan_always_has_a_newer_epoch():
     controller = Controller(for_strategy(ControlConfig(lost_after_s=5), "ssgd"), 4, 32)
     reports = _summaries({w: 1e-3 for w in range(4)}, silent={2: 9.0})
-    reports[1] = dataclasses.replace(reports[1], reports=0)  # not every worker can be judged yet
+    reports[1] = reports[1]._replace(reports=0)  # not every worker can be judged yet
     decision = controller.decide(0, ssgd(range(4), epoch=3), reports)
     assert decision.lost == {2} and decision.plan is not None and decision.plan.epoch == 4
 
