@@ -235,11 +235,15 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     interrupted = False
     previous_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
+    stop_requested = threading.Event()
+
     def on_signal(signum, frame):
+        stop_requested.set()  # also seen by the monitor loop, should the exception be swallowed on its way up
         raise KeyboardInterrupt
 
     in_main_thread = threading.current_thread() is threading.main_thread()
-    if in_main_thread:  # SIGTERM to the launcher shuts the job down like Ctrl-C
+    if in_main_thread:  # Ctrl-C and SIGTERM to the launcher shut the job down
+        signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
     from star.node_agent import NodeAgent  # it imports this module
 
@@ -258,7 +262,7 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
             agent.adopt_ps(i, child, ps_address)
         agent.start(coordinator_address)
         start_workers(group, config, range(config.workers), coordinator_address)
-        _monitor(group, coordinator_address, progress, credentials, config.faults.max_restarts)
+        _monitor(group, coordinator_address, progress, credentials, config.faults.max_restarts, stop=stop_requested)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -381,7 +385,7 @@ def should_restart(child: Child, max_restarts: int) -> bool:
 
 def _monitor(
     group: ProcessGroup, coordinator_address: str, progress: Callable[[str], None] | None, credentials: Credentials,
-    max_restarts: int = 0, fail_without_workers: bool = True,
+    max_restarts: int = 0, fail_without_workers: bool = True, stop: threading.Event | None = None,
 ) -> None:
     """Poll the coordinator until the job is finished; restart a crashed worker or PS while the
     restart budget lasts. A worker past its budget is left out (the coordinator drops it from the
@@ -392,6 +396,8 @@ def _monitor(
     last_print = 0.0
     try:
         while True:
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
             crashed = group.crashed()
             if crashed is not None and should_restart(crashed, max_restarts):
                 code = crashed.process.returncode
