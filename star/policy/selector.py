@@ -238,7 +238,10 @@ def _plan_template() -> dict | None:
         template = SyncPlan(0, ((0,),), (1,))
     except TypeError:
         return None
-    return dict(vars(template)) if hasattr(template, "__dict__") else None
+    if not hasattr(template, "__dict__"):
+        return None
+    fields = {f.name for f in dataclasses.fields(SyncPlan)}
+    return {k: v for k, v in vars(template).items() if k in fields}  # never a cached property (SyncPlan.workers)
 
 
 _PLAN_TEMPLATE = _plan_template()
