@@ -1,11 +1,12 @@
 """Run one STAR job across the hosts of a `NetNamespaces` network, the way a cluster would:
 torchrun on every host (c10d rendezvous at host 0), each starting `star node`.
 
-Used by the multi-host integration test and by benchmarks/placement.py.
+Used by the multi-host integration test and by benchmarks/placement.py and benchmarks/tree.py.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import secrets
@@ -52,3 +53,13 @@ def _tail(path: Path, lines: int = 25) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def write_report(out: Path, name: str, rows: list[dict], text: str) -> None:
+    """OUT/NAME.md (the summary text) and OUT/NAME.csv (one row per run), and the text on stdout."""
+    (out / f"{name}.md").write_text(text)
+    with open(out / f"{name}.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(text)

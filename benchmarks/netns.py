@@ -18,6 +18,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import threading
 from pathlib import Path
 from typing import IO, Sequence
 
@@ -43,6 +44,10 @@ def _ip(*args: str) -> None:
         raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 class NetNamespaces:
     def __init__(self, nodes: int, subnet: str | None = None):
         self.nodes = nodes
@@ -60,6 +65,9 @@ class NetNamespaces:
         return f"{self.subnet}.{rank + 1}"
 
     def __enter__(self) -> "NetNamespaces":
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            # A plain `kill` of a benchmark must still delete its namespaces: SIGTERM unwinds like Ctrl-C.
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
         try:
             self._create()
         except BaseException:

@@ -26,14 +26,13 @@ Needs root (network namespaces); says why and exits 2 otherwise.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.multihost import run_job
+from benchmarks.multihost import run_job, write_report
 from benchmarks.netns import NetNamespaces, unavailable
 from star.config import JobConfig, from_dict
 
@@ -120,14 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmarks.placement: cannot build hosts: {reason}", file=sys.stderr)
         return 2
     rows = run(args)
-    out = Path(args.out)
-    text = summary(rows, args)
-    (out / "placement.md").write_text(text)
-    with open(out / "placement.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(text)
+    write_report(Path(args.out), "placement", rows, summary(rows, args))
     return 0
 
 

@@ -96,13 +96,17 @@ class ShardCheckpointer:
 
 
 def capture_shard(job_id: str, ps_index: int, num_ps: int, total_numel: int, shard, aggregator: Aggregator,
-                  trained_s: float, registered: set[int] | None = None) -> ShardCheckpoint:
+                  trained_s: float, registered: set[int] | None = None,
+                  relay_addresses: dict[int, str] | None = None) -> ShardCheckpoint:
     """A consistent copy of the shard at the aggregator's current version (taken on the event loop).
-    `registered`: the workers it knows, kept when the shard moves (a checkpoint restore forgets them)."""
+    `registered` and `relay_addresses`: the workers it knows and their tree relays, kept when the shard
+    moves (a checkpoint restore forgets them: workers register again)."""
     state = aggregator.export_state()
     state["trained_s"] = trained_s
     if registered is not None:
         state["registered"] = sorted(registered)
+    if relay_addresses:
+        state["relay_addresses"] = {str(w): a for w, a in sorted(relay_addresses.items())}
     optimizer = shard.optimizer.state_dict()
     optimizer = {"state": {k: {n: (v.clone() if isinstance(v, torch.Tensor) else v) for n, v in s.items()}
                            for k, s in optimizer["state"].items()},

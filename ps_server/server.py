@@ -25,7 +25,7 @@ from star.config import ConfigError, OptimizerConfig, SecurityConfig
 from star.flat import MAX_CHUNK_BYTES, SEND_CHUNK_BYTES, WIRE_DTYPE, ChunkAssembler, FlatError, ShardRange, shard_ranges, tensor_chunks
 from star.logs import log
 from star.optim import build_optimizer
-from star.plan import PlanError
+from star.plan import PlanError, SyncPlan, tree_layout
 from star.policy.noise import NoiseAccumulator
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
@@ -101,6 +101,16 @@ def all_finite(tensor: torch.Tensor) -> bool:
     return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
+def _check_relay_address(relay_address: str) -> None:
+    """A worker's relay address is handed to other workers: it must be a plain host:port."""
+    if not relay_address:
+        return
+    host, _, port = relay_address.rpartition(":")
+    if len(relay_address) > MAX_LABEL_CHARS or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_relay_address",
+                        f"relay_address {relay_address[:MAX_LABEL_CHARS]!r} is not host:port")
+
+
 class _Rejected(Exception):
     def __init__(self, code: grpc.StatusCode, reason: str, message: str):
         super().__init__(message)
@@ -145,6 +155,11 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         self.rejected: dict[str, int] = {}
         self._gradients: dict[int, torch.Tensor] = {}
         self._batch_sizes: dict[int, int] = {}
+        self._counts: dict[int, int] = {}  # gradient id -> gradients its payload sums (tree pushes: > 1)
+        self.relay_addresses: dict[int, str] = {}  # worker -> where it takes tree children's gradients
+        self._tree: tuple[SyncPlan | None, dict[int, tuple[int, ...]], dict[int, int]] = (None, {}, {})
+        self.push_bytes_received = 0
+        self.pushes_received = 0
         self.noise = NoiseAccumulator()
         self._waiters: dict[int, asyncio.Future] = {}
         self._started = time.monotonic()
@@ -245,8 +260,9 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         for apply in effects.applies:
             gradients = [self._gradients.pop(gid) for gid in apply.gradient_ids]
             batches = [self._batch_sizes.pop(gid, 0) for gid in apply.gradient_ids]
+            counts = [self._counts.pop(gid, 1) for gid in apply.gradient_ids]
             if len(gradients) >= 2 and all(batches):
-                self.noise.observe(gradients, batches)  # before the in-place sum below
+                self.noise.observe(gradients, batches, counts)  # before the in-place sum below
             assert shard is not None
             shard.apply(gradients, apply.scale)
             if self._first_update is None:
@@ -254,6 +270,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         for drop in effects.drops:
             self._gradients.pop(drop.gradient_id, None)
             self._batch_sizes.pop(drop.gradient_id, None)
+            self._counts.pop(drop.gradient_id, None)
         for worker in effects.released:
             future = self._waiters.pop(worker, None)
             if future is not None and not future.done():
@@ -291,6 +308,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             self.aggregator.counters["moved_in"] += 1
             self.aggregator.counters["moved_in_at_version"] = checkpoint.version
             self.registered = {int(w) for w in checkpoint.aggregator.get("registered", [])}
+            self.relay_addresses = {int(w): str(a) for w, a in checkpoint.aggregator.get("relay_addresses", {}).items()}
         else:
             self.aggregator.counters["restores"] += 1
             self.aggregator.counters["updates_lost_in_restart"] += lost
@@ -322,10 +340,15 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
                     "layout_mismatch",
                     f"total_numel {request.total_numel} does not match this job's model ({self.total_numel} elements)",
                 )
+            _check_relay_address(request.relay_address)
         except _Rejected as error:
             await self._reject(context, error)
             raise
         self.registered.add(request.worker_id)
+        if request.relay_address:
+            self.relay_addresses[request.worker_id] = request.relay_address
+        else:
+            self.relay_addresses.pop(request.worker_id, None)
         reply = pb.RegisterReply(initialized=self.shard is not None, ps_index=self.config.ps_index, num_ps=self.config.num_ps)
         if self.shard is not None:
             reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end
@@ -408,15 +431,20 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
                     f"gradient from worker {header.worker_id} has NaN/Inf values (nonfinite=reject)",
                 )
             try:
-                outcome = self.aggregator.push(header.worker_id, header.plan_epoch, header.base_version, usable=usable)
+                outcome = self.aggregator.push(header.worker_id, header.plan_epoch, header.base_version, usable=usable,
+                                               contributors=tuple(header.contributors))
             except PushRejected as exc:
                 raise _Rejected(_STATUS[exc.code], exc.reason, exc.message) from None
         except _Rejected as error:
             await self._reject(context, error)
             raise
+        self.pushes_received += 1
+        self.push_bytes_received += gradient.numel() * gradient.element_size()
         if usable:
             self._gradients[outcome.gradient_id] = gradient
             self._batch_sizes[outcome.gradient_id] = header.batch_size
+            if header.contributors:
+                self._counts[outcome.gradient_id] = 1 + len(header.contributors)
         self._carry_out(outcome.effects)
         return pb.PushReply(status=outcome.status.value, version=self.aggregator.version, gradient_id=outcome.gradient_id)
 
@@ -443,6 +471,14 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
                         "bad_length",
                         f"numel {header.numel} does not match this shard's length {shard.range.numel}",
                     )
+                if len(header.contributors) >= self.config.max_workers:
+                    raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_contributors",
+                                    f"{len(header.contributors)} contributors: this PS takes at most {self.config.max_workers} workers")
+                for child in header.contributors:
+                    self._check_worker_id(child)
+                    if child not in self.registered:
+                        raise _Rejected(grpc.StatusCode.NOT_FOUND, "unknown_worker",
+                                        f"unknown contributor {child}: it must call Register first")
                 if header.batch_size > MAX_BATCH_SIZE:
                     raise _Rejected(
                         grpc.StatusCode.INVALID_ARGUMENT, "bad_batch_size", f"batch_size {header.batch_size} exceeds {MAX_BATCH_SIZE}"
@@ -482,10 +518,28 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
                 range_start=shard.range.start,
                 since_first_update_s=self._since_first_update(),
                 push_pace_bytes_per_s=(self.aggregator.plan.push_pace_bytes_per_s or 0.0) if self.aggregator.plan else 0.0,
+                **self._tree_role(worker),
             )
         )
         for offset, data in chunks:
             yield pb.PullReply(chunk=pb.TensorChunk(offset=offset, data=data))
+
+    def _tree_role(self, worker: int) -> dict:
+        """The puller's place in the plan's aggregation tree, for its pull header. A parent that
+        gave no relay address has no children: they push here themselves."""
+        plan = self.aggregator.plan
+        if plan is None or plan.tree_fanout is None:
+            return {}
+        if self._tree[0] is not plan:
+            layout = tree_layout(plan)
+            self._tree = (plan, layout, {c: p for p, children in layout.items() for c in children})
+        _, children_of, parent_of = self._tree
+        parent = parent_of.get(worker)
+        if parent is not None and parent in self.relay_addresses:
+            return {"tree_parent": self.relay_addresses[parent]}
+        if worker in children_of and worker in self.relay_addresses:
+            return {"tree_children": list(children_of[worker])}
+        return {}
 
     async def _wait_for_round(self, worker: int) -> tuple[int, int, list[tuple[int, bytes]]] | None:
         """The parameters this worker may compute on next, once its group's round allows; None when the
@@ -563,7 +617,8 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         self._carry_out(self.aggregator.close_open_rounds())
         self.aggregator.counters["moved_out"] += 1
         checkpoint = capture_shard(self.config.job_id, self.config.ps_index, self.config.num_ps, self.total_numel or 0,
-                                   self._require_shard(), self.aggregator, max(0.0, self._since_first_update()), self.registered)
+                                   self._require_shard(), self.aggregator, max(0.0, self._since_first_update()), self.registered,
+                                   self.relay_addresses)
         log(logger, logging.INFO, "shard handed over", to=new_address, version=self.aggregator.version)
         return shard_to_bytes(checkpoint)
 
@@ -642,6 +697,8 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             noise_small_batch=self.noise.small_batch,
             noise_big_batch=self.noise.big_batch,
             moved_to=self.moved_to or "",
+            push_bytes_received=self.push_bytes_received,
+            pushes_received=self.pushes_received,
         )
         if self.shard is not None:
             reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end

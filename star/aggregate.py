@@ -16,9 +16,13 @@ Protocol, per worker: pull (may block) -> compute -> push -> pull -> ...
 - A pull blocks while the worker has a gradient in an open round, or (SSP) while the
   worker is more than `staleness_bound` pushes ahead of the slowest worker of the plan,
   counting pushes since the plan took effect.
-- A new plan that changes only push pacing (same groups, quorums, bound, scale, late
-  policy) takes effect in place: open rounds stay open and pushes pulled under the
-  previous epoch are still accepted, since how gradients combine did not change.
+- A tree push (a parent worker's gradient summed with its children's) counts as one
+  gradient from each contributor: each must have pulled the same round and version in
+  the pusher's group and not pushed since, else the whole push is refused.
+- A new plan that changes only push pacing or tree aggregation (same groups, quorums,
+  bound, scale, late policy) takes effect in place: open rounds stay open and pushes
+  pulled under the previous epoch are still accepted, since how gradients combine did
+  not change.
 - Any other new plan (higher epoch) closes every open round first: gradients already received
   are applied under the old plan and their workers released; then the new plan rules,
   with every one of its workers' SSP clocks restarted at 0 (a worker that fell behind
@@ -112,6 +116,7 @@ class _Arrival:
     worker: int
     base_version: int
     usable: bool
+    count: int = 1  # gradients summed in this payload (tree push: the pusher and its contributors)
 
 
 @dataclass(frozen=True)
@@ -120,10 +125,10 @@ class _PullRecord:
     version: int
 
 
-def _only_pacing_differs(a: SyncPlan, b: SyncPlan) -> bool:
-    """Plans that combine gradients identically but pace pushes differently."""
+def _only_transport_differs(a: SyncPlan, b: SyncPlan) -> bool:
+    """Plans that combine gradients identically but pace or route pushes differently."""
     same = (a.groups, a.quorum, a.staleness_bound, a.scale, a.late_policy) == (b.groups, b.quorum, b.staleness_bound, b.scale, b.late_policy)
-    return same and a.push_pace_bytes_per_s != b.push_pace_bytes_per_s
+    return same and (a.push_pace_bytes_per_s, a.tree_fanout) != (b.push_pace_bytes_per_s, b.tree_fanout)
 
 
 class Aggregator:
@@ -139,6 +144,7 @@ class Aggregator:
         self._round: list[int] = []
         self._open: list[list[_Arrival]] = []
         self._open_workers: list[set[int]] = []  # per group: workers with a gradient in the open round
+        self._open_count: list[int] = []  # per group: gradients in the open round (a tree push brings several)
         self._clock_counts: Counter[int] = Counter()  # clock value -> how many workers of the plan have it
         self._slowest_clock = 0  # min(clock) over the plan's workers, kept in O(1) per push
         self._pulled: dict[int, _PullRecord] = {}
@@ -155,7 +161,7 @@ class Aggregator:
 
     @property
     def pending(self) -> int:
-        return sum(len(arrivals) for arrivals in self._open)
+        return sum(a.count for arrivals in self._open for a in arrivals)
 
     @property
     def waiting(self) -> frozenset[int]:
@@ -223,52 +229,54 @@ class Aggregator:
         self._pulled.pop(worker, None)
 
     # ---- pushes ----------------------------------------------------------------
-    def push(self, worker: int, epoch: int, base_version: int | None = None, usable: bool = True) -> PushOutcome:
-        """Validate, then account for one gradient. Raises PushRejected with no state change."""
+    def push(self, worker: int, epoch: int, base_version: int | None = None, usable: bool = True,
+             contributors: tuple[int, ...] = ()) -> PushOutcome:
+        """Validate, then account for one gradient (or, with `contributors`, a tree's sum of
+        1 + len(contributors) gradients). Raises PushRejected with no state change."""
         record = self._validate_push(worker, epoch, base_version)
+        self._validate_contributors(worker, record, contributors)
         plan = self.plan
         assert plan is not None
         gradient_id = self._next_id
         self._next_id += 1
-        self.counters["accepted"] += 1
-        old_clock = self.clock[worker]
-        self.clock[worker] = old_clock + 1
-        self._clock_counts[old_clock] -= 1
-        if not self._clock_counts[old_clock]:
-            del self._clock_counts[old_clock]
-        self._clock_counts[old_clock + 1] += 1
-        slowest_moved = old_clock == self._slowest_clock and old_clock not in self._clock_counts
-        if slowest_moved:
-            self._slowest_clock = old_clock + 1
-        del self._pulled[worker]
+        senders = (worker, *contributors)
+        self.counters["accepted"] += len(senders)
+        self.counters["pushes"] += 1
+        if contributors:
+            self.counters["tree_pushes"] += 1
+        slowest_moved = False
+        for sender in senders:
+            slowest_moved |= self._tick(sender)
+            del self._pulled[sender]
         group = self._group_of[worker]
         effects = Effects()
-        arrival = _Arrival(gradient_id, worker, record.version, usable)
+        arrival = _Arrival(gradient_id, worker, record.version, usable, len(senders))
         # Only the workers of a round this push closes can become ready, or (SSP) every
         # waiting worker when this push moved the slowest clock up: check just those.
         recheck: set[int] | None = None if plan.staleness_bound is not None and slowest_moved else set()
 
         if record.round == self._round[group]:
             self._open[group].append(arrival)
-            self._open_workers[group].add(worker)
+            self._open_workers[group].update(senders)
+            self._open_count[group] += arrival.count
             if not usable:
                 status = PushStatus.SKIPPED_NONFINITE
             else:
                 status = PushStatus.PENDING
-            if len(self._open[group]) >= plan.quorum[group]:
+            if self._open_count[group] >= plan.quorum[group]:
                 if recheck is not None:
                     recheck.update(self._open_workers[group])
                 effects.extend(self._close_round(group))
                 if usable:
                     status = PushStatus.APPLIED
         elif not usable:
-            effects.drops.append(self._drop(gradient_id, "nonfinite"))
+            effects.drops.append(self._drop(arrival, "nonfinite"))
             status = PushStatus.SKIPPED_NONFINITE
         elif plan.late_policy is LatePolicy.APPLY:
-            effects.applies.append(self._apply([arrival], scale=self._late_scale(plan), late=True))
+            effects.applies.append(self._apply([arrival], scale=self._late_scale(plan, arrival.count), late=True))
             status = PushStatus.LATE_APPLIED
         else:
-            effects.drops.append(self._drop(gradient_id, "late"))
+            effects.drops.append(self._drop(arrival, "late"))
             status = PushStatus.LATE_DROPPED
         effects.released.extend(self._release_ready(recheck))
         return PushOutcome(gradient_id, status, effects)
@@ -282,8 +290,8 @@ class Aggregator:
                 "stale_plan",
                 f"plan epoch {plan.epoch} is not newer than the plan in force (epoch {self.plan.epoch})",
             )
-        if self.plan is not None and _only_pacing_differs(self.plan, plan):
-            self.plan = plan  # pacing only: rounds, pulls and clocks carry on
+        if self.plan is not None and _only_transport_differs(self.plan, plan):
+            self.plan = plan  # pacing or trees only: rounds, pulls and clocks carry on
             self.counters["plan_switches"] += 1
             return Effects()
         self._shape_epoch = plan.epoch
@@ -297,6 +305,7 @@ class Aggregator:
         self._round = [0] * len(plan.groups)
         self._open = [[] for _ in plan.groups]
         self._open_workers = [set() for _ in plan.groups]
+        self._open_count = [0] * len(plan.groups)
         self._pulled.clear()
         self.counters["plan_switches"] += 1
         effects.released.extend(self._release_ready())
@@ -341,6 +350,40 @@ class Aggregator:
             )
         return record
 
+    def _validate_contributors(self, worker: int, record: _PullRecord, contributors: tuple[int, ...]) -> None:
+        """A tree push sums gradients computed on what `worker` pulled: each contributor must
+        be a distinct worker of the same group that pulled that same round and version."""
+        if not contributors:
+            return
+        inv = RejectCode.INVALID_ARGUMENT
+        if len(set(contributors)) != len(contributors) or worker in contributors:
+            raise PushRejected(inv, "bad_contributors", f"contributors {list(contributors)} repeat a worker (pusher {worker})")
+        group = self._group_of[worker]
+        for child in contributors:
+            if self._group_of.get(child) != group:
+                raise PushRejected(inv, "bad_contributors", f"contributor {child} is not in worker {worker}'s group under the plan in force")
+            child_record = self._pulled.get(child)
+            if child_record is None:
+                raise PushRejected(RejectCode.FAILED_PRECONDITION, "push_without_pull",
+                                   f"contributor {child} has no pull under the plan in force to push for (duplicate push?)")
+            if child_record != record:
+                raise PushRejected(inv, "base_version_mismatch",
+                                   f"contributor {child} pulled round {child_record.round} version {child_record.version}, "
+                                   f"worker {worker} round {record.round} version {record.version}")
+
+    def _tick(self, worker: int) -> bool:
+        """One more push by `worker` under this plan; True when that moved the slowest clock up."""
+        old_clock = self.clock[worker]
+        self.clock[worker] = old_clock + 1
+        self._clock_counts[old_clock] -= 1
+        if not self._clock_counts[old_clock]:
+            del self._clock_counts[old_clock]
+        self._clock_counts[old_clock + 1] += 1
+        if old_clock == self._slowest_clock and old_clock not in self._clock_counts:
+            self._slowest_clock = old_clock + 1
+            return True
+        return False
+
     def _pull_ready(self, worker: int) -> bool:
         if self.plan is None or worker not in self._group_of:
             return True
@@ -372,35 +415,36 @@ class Aggregator:
         arrivals = self._open[group]
         self._open[group] = []
         self._open_workers[group] = set()
+        self._open_count[group] = 0
         self._round[group] += 1
         effects = Effects()
         usable = [a for a in arrivals if a.usable]
         for arrival in arrivals:
             if not arrival.usable:
-                effects.drops.append(self._drop(arrival.gradient_id, "nonfinite"))
+                effects.drops.append(self._drop(arrival, "nonfinite"))
         if usable:
             if plan.scale is Scale.PER_ARRIVALS:
-                scale = 1.0 / len(usable)
+                scale = 1.0 / sum(a.count for a in usable)
             else:
                 scale = 1.0 / plan.total_workers
             effects.applies.append(self._apply(usable, scale=scale, late=False))
         self.counters["rounds"] += 1
         return effects
 
-    def _late_scale(self, plan: SyncPlan) -> float:
-        return 1.0 if plan.scale is Scale.PER_ARRIVALS else 1.0 / plan.total_workers
+    def _late_scale(self, plan: SyncPlan, count: int) -> float:
+        return 1.0 / count if plan.scale is Scale.PER_ARRIVALS else 1.0 / plan.total_workers
 
     def _apply(self, arrivals: list[_Arrival], scale: float, late: bool) -> Apply:
         staleness = tuple(self.version - a.base_version for a in arrivals)
-        for s in staleness:
-            self.staleness_histogram[s] += 1
+        for s, a in zip(staleness, arrivals):
+            self.staleness_histogram[s] += a.count
         self.version += 1
-        self.counters["applied"] += len(arrivals)
+        self.counters["applied"] += sum(a.count for a in arrivals)
         if late:
             self.counters["late_applied"] += 1
         return Apply(tuple(a.gradient_id for a in arrivals), scale, staleness, self.version, late)
 
-    def _drop(self, gradient_id: int, reason: str) -> Drop:
-        self.counters["dropped"] += 1
-        self.counters[f"dropped_{reason}"] += 1
-        return Drop(gradient_id, reason)
+    def _drop(self, arrival: _Arrival, reason: str) -> Drop:
+        self.counters["dropped"] += arrival.count
+        self.counters[f"dropped_{reason}"] += arrival.count
+        return Drop(arrival.gradient_id, reason)

@@ -17,6 +17,7 @@ LAUNCH_ALIASES = {
     "--k": ("plan.k", "k-of-N quorum (default N-1)"),
     "--groups": ("plan.groups", "grouped mode, e.g. '0,1;2,3' (default two halves)"),
     "--staleness": ("plan.staleness", "SSP staleness bound (default 2)"),
+    "--tree-fanout": ("plan.tree_fanout", "tree aggregation: a parent worker sums this many workers' gradients (default off)"),
     "--trace": ("trace.path", "slowdown trace (Alibaba PAI CSV or iteration,worker,factor CSV)"),
 }
 

@@ -85,12 +85,14 @@ class PlanConfig:
     groups: str | None = None  # grouped mode: "0,1;2,3"; default two halves
     staleness: int = 2  # SSP staleness bound (pushes ahead of the slowest)
     late_policy: str = "apply"  # k-of-N late gradients: apply (staleness recorded) | drop
+    tree_fanout: int | None = None  # tree aggregation from the start: parents sum this many workers' gradients (full-sync groups)
 
     def __post_init__(self) -> None:
         _require(self.mode in STRATEGIES, "plan.mode", self.mode, f"one of {', '.join(STRATEGIES)}")
         _require(self.k is None or self.k >= 1, "plan.k", self.k, "must be >= 1")
         _require(self.staleness >= 0, "plan.staleness", self.staleness, "must be >= 0")
         _require(self.late_policy in ("apply", "drop"), "plan.late_policy", self.late_policy, "apply | drop")
+        _require(self.tree_fanout is None or self.tree_fanout >= 2, "plan.tree_fanout", self.tree_fanout, "must be >= 2")
         if self.groups is not None:
             try:
                 parse_groups(self.groups)
@@ -108,7 +110,7 @@ class PlanConfig:
             raise ConfigError(f"plan.{_plan_field(str(exc))}", getattr(self, _plan_field(str(exc)), None), str(exc))
         if self.late_policy != plan.late_policy.value:
             plan = dataclasses.replace(plan, late_policy=LatePolicy(self.late_policy))
-        return plan
+        return dataclasses.replace(plan, tree_fanout=self.tree_fanout) if self.tree_fanout else plan
 
 
 def _plan_field(message: str) -> str:

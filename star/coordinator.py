@@ -633,6 +633,8 @@ class Coordinator:
                     "pending": s.pending,
                     "counters": dict(s.counters),
                     "staleness": {str(k): v for k, v in sorted(s.staleness.items())},
+                    "pushes_received": s.pushes_received,
+                    "push_bytes_received": s.push_bytes_received,
                 }
                 for s in stats
             ],

@@ -332,16 +332,26 @@ def start_coordinator(group: ProcessGroup, config: JobConfig, host: str, ps_addr
     return address(host, _wait_ready(group, child, ready, startup_timeout_s))
 
 
-def start_workers(group: ProcessGroup, config: JobConfig, worker_ids, coordinator_address: str) -> None:
-    """Start these workers; each joins the coordinator (which tells it the PS addresses)."""
+def uses_trees(config: JobConfig) -> bool:
+    """Whether the job may aggregate in trees (configured, or as the traffic guard's relief): workers then serve relays."""
+    traffic = config.control.traffic
+    return config.plan.tree_fanout is not None or (traffic.relief == "tree" and traffic.pace)
+
+
+def start_workers(group: ProcessGroup, config: JobConfig, worker_ids, coordinator_address: str,
+                  relay_host: str | None = None) -> None:
+    """Start these workers; each joins the coordinator (which tells it the PS addresses). With trees
+    possible, each serves a relay on `relay_host` (default config.host) for tree children to reach it."""
     trace = config.trace
+    relay = ["--relay-host", relay_host or config.host] if uses_trees(config) else []
     for w in worker_ids:
         args = ["worker", "--worker-id", str(w), "--num-workers", str(config.workers), "--task", config.task,
                 "--seed", str(config.seed), "--coordinator", coordinator_address,
                 "--threads", str(config.threads_per_process),
                 *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
                 *(["--trace-path", str(trace.path), "--trace-stretch", str(trace.stretch)] if trace.path else []),
-                *(["--trace-workers", trace.workers] if trace.path and trace.workers else []), *_security_flags(config)]
+                *(["--trace-workers", trace.workers] if trace.path and trace.workers else []), *relay,
+                *_security_flags(config)]
         group.spawn(f"worker{w}", args).restart_args = args  # a restarted worker rejoins with current parameters
 
 

@@ -124,7 +124,7 @@ def _run(config: JobConfig, identity: NodeIdentity, store: Store, advertise: str
                                         extra=("--placement-file", str(placement_file)))
         store.set("coordinator", coordinator)
     coordinator = store.get("coordinator")
-    start_workers(group, config, [w for w in range(config.workers) if w % nodes == rank], coordinator)
+    start_workers(group, config, [w for w in range(config.workers) if w % nodes == rank], coordinator, relay_host=advertise)
     agent = NodeAgent(advertise, rank, group, ps_args, credentials, str(checkpoints))
     for shard, (child, address_text) in served.items():
         agent.adopt_ps(shard, child, address_text)

@@ -21,7 +21,6 @@ import grpc
 from star.launch import Child, ProcessGroup
 from star.logs import log
 from star.resources import ResourceSampler
-from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CONTROL_CHANNEL_OPTIONS, address, sample_to_proto
 from star.rpc.security import Credentials

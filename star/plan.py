@@ -46,6 +46,12 @@ class SyncPlan:
     push_pace_bytes_per_s: a per-worker push budget (all shards together) that workers
         honour when a PS host's NIC nears saturation; None = unpaced. The aggregator
         ignores it: pacing changes when gradients arrive, not how they are combined.
+    tree_fanout: tree aggregation for NIC relief. In each fully synchronous group
+        (quorum == size, no staleness bound), workers are taken in sorted order in
+        chunks of this size; the first of a chunk is the parent, which sums its
+        children's gradients with its own and pushes once (see `tree_layout`).
+        None = every worker pushes for itself. Like pacing, it changes how gradients
+        travel, not how they combine, so the aggregator treats a change in place.
     """
 
     epoch: int
@@ -55,6 +61,7 @@ class SyncPlan:
     scale: Scale = Scale.PER_TOTAL_WORKERS
     late_policy: LatePolicy = LatePolicy.APPLY
     push_pace_bytes_per_s: float | None = None
+    tree_fanout: int | None = None
     label: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -83,6 +90,8 @@ class SyncPlan:
         pace = self.push_pace_bytes_per_s
         if pace is not None and not (pace > 0 and pace != float("inf")):
             raise PlanError(f"push_pace_bytes_per_s must be a finite number > 0 or None, got {pace}")
+        if self.tree_fanout is not None and (isinstance(self.tree_fanout, bool) or self.tree_fanout < 2):
+            raise PlanError(f"tree_fanout must be an integer >= 2 or None, got {self.tree_fanout!r}")
 
     @functools.cached_property
     def workers(self) -> tuple[int, ...]:
@@ -102,8 +111,9 @@ class SyncPlan:
         quorum = ",".join(map(str, self.quorum))
         ssp = "" if self.staleness_bound is None else f" ssp={self.staleness_bound}"
         pace = "" if self.push_pace_bytes_per_s is None else f" pace={self.push_pace_bytes_per_s:.0f}B/s"
+        tree = "" if self.tree_fanout is None else f" tree={self.tree_fanout}"
         name = f"{self.label} " if self.label else ""
-        return f"{name}epoch={self.epoch} groups=[{groups}] quorum=[{quorum}]{ssp} late={self.late_policy.value}{pace}"
+        return f"{name}epoch={self.epoch} groups=[{groups}] quorum=[{quorum}]{ssp} late={self.late_policy.value}{pace}{tree}"
 
 
 def ssgd(workers: Sequence[int], epoch: int = 0) -> SyncPlan:
@@ -211,6 +221,34 @@ def with_pace(plan: SyncPlan, push_pace_bytes_per_s: float | None) -> SyncPlan:
     return dataclasses.replace(plan, push_pace_bytes_per_s=push_pace_bytes_per_s)
 
 
+def with_tree(plan: SyncPlan, tree_fanout: int | None) -> SyncPlan:
+    """The same plan with workers aggregating in trees of `tree_fanout` (None: every worker pushes)."""
+    return dataclasses.replace(plan, tree_fanout=tree_fanout)
+
+
+def tree_layout(plan: SyncPlan) -> dict[int, tuple[int, ...]]:
+    """parent -> its children under `plan.tree_fanout`; workers in neither push for themselves.
+
+    Only fully synchronous groups (quorum == size) of two or more form trees, and only
+    without an SSP bound: there every gradient of a round is awaited anyway, so a parent
+    holding its children's gradients until its own is ready delays nothing. In a k-of-N
+    or asynchronous group it would hold back gradients that could have closed a round.
+    """
+    fanout = plan.tree_fanout
+    if fanout is None or plan.staleness_bound is not None:
+        return {}
+    layout: dict[int, tuple[int, ...]] = {}
+    for group, quorum in zip(plan.groups, plan.quorum):
+        if quorum != len(group) or len(group) < 2:
+            continue
+        members = sorted(group)
+        for start in range(0, len(members), fanout):
+            chunk = members[start : start + fanout]
+            if len(chunk) >= 2:
+                layout[chunk[0]] = tuple(chunk[1:])
+    return layout
+
+
 def plan_to_dict(plan: SyncPlan) -> dict:
     """A JSON-able form (checkpoints, events): plain lists, ints and strings only."""
     return {
@@ -221,6 +259,7 @@ def plan_to_dict(plan: SyncPlan) -> dict:
         "scale": plan.scale.value,
         "late_policy": plan.late_policy.value,
         "push_pace_bytes_per_s": plan.push_pace_bytes_per_s,
+        "tree_fanout": plan.tree_fanout,
         "label": plan.label,
     }
 
@@ -236,6 +275,7 @@ def plan_from_dict(data: dict) -> SyncPlan:
             scale=Scale(data.get("scale", Scale.PER_TOTAL_WORKERS.value)),
             late_policy=LatePolicy(data.get("late_policy", LatePolicy.APPLY.value)),
             push_pace_bytes_per_s=None if data.get("push_pace_bytes_per_s") is None else float(data["push_pace_bytes_per_s"]),
+            tree_fanout=None if data.get("tree_fanout") is None else int(data["tree_fanout"]),
             label=str(data.get("label", "")),
         )
     except KeyError as exc:

@@ -25,6 +25,7 @@ from star.tasks import BatchStream, get_task
 from star.traces import WorkerSlowdown, load_worker_slowdown, slowdown_sleep_s
 from worker.amp import AmpSwitch
 from worker.pacing import PushPacer
+from worker.relay import RelayClient, RelayServer, sum_into
 from worker.reporting import CoordinatorLink, IterationTimes
 
 logger = logging.getLogger("worker")
@@ -56,6 +57,9 @@ class WorkerConfig:
     ps_retry_attempts: int = 8  # unreachable PS: tries before exiting non-zero
     ps_retry_base_s: float = 0.25  # first backoff delay, doubled per try (capped at 5 s)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS for every channel
+    relay_host: str | None = None  # tree aggregation: serve a relay for tree children on this host (None: never a parent)
+    tree_wait_s: float = 2.0  # a tree parent waits this long past its own gradient for missing children's
+    max_workers: int = 4096  # worker ids a relay accepts from children
 
 
 class Worker:
@@ -75,6 +79,10 @@ class Worker:
         self.iteration = 0
         self.stale_pushes = 0
         self.pacer = PushPacer()
+        self.relay: RelayServer | None = None  # set in run() when relay_host is given
+        self.relay_client: RelayClient | None = None
+        self.tree_pushes = 0  # pushes that carried children's gradients
+        self.relayed = 0  # own gradients a tree parent pushed
 
     def _load_slowdown(self) -> WorkerSlowdown | None:
         c = self.config
@@ -90,6 +98,21 @@ class Worker:
         addresses = list(c.ps_addresses) or (link.join(self.batch_size, self.amp.enabled, self.stop) if link else [])
         if not addresses:
             raise WorkerExit("no parameter servers: give ps_addresses or a coordinator")
+        if c.relay_host:
+            self.relay = RelayServer(c.relay_host, self.flat.numel, credentials, c.max_workers)
+        self.relay_client = RelayClient(c.worker_id, credentials)
+        try:
+            self._train(addresses, credentials, link)
+        finally:
+            if self.relay is not None:
+                self.relay.stop()
+            self.relay_client.close()
+        if link:
+            link.close()
+        return 0
+
+    def _train(self, addresses: list[str], credentials: Credentials, link: CoordinatorLink | None) -> None:
+        c = self.config
         with PSClient(addresses, c.worker_id, credentials=credentials) as ps:
             self._connect(ps)
             log(logger, logging.INFO, "training", worker=c.worker_id, numel=self.flat.numel, batch=self.batch_size)
@@ -104,17 +127,15 @@ class Worker:
                 paced_s = self.pacer.wait_s(time.monotonic(), self.flat.numel * 4, ps.push_pace_bytes_per_s)
                 time.sleep(paced_s)
                 t2 = time.monotonic()
-                self._push(ps)
+                waited_s = self._send(ps)
                 t3 = time.monotonic()
                 self.iteration += 1
                 if link:
-                    link.report(IterationTimes(self.iteration, t2 - t1 - paced_s, t3 - t2, t1 - t0, self.batch_size,
-                                               self.amp.enabled, loss, factor, paced_s))
+                    link.report(IterationTimes(self.iteration, t2 - t1 - paced_s, t3 - t2 - waited_s, t1 - t0 + waited_s,
+                                               self.batch_size, self.amp.enabled, loss, factor, paced_s))
                     self._obey(link)
-            log(logger, logging.INFO, "stopped", worker=c.worker_id, iterations=self.iteration, stale_pushes=self.stale_pushes)
-        if link:
-            link.close()
-        return 0
+            log(logger, logging.INFO, "stopped", worker=c.worker_id, iterations=self.iteration, stale_pushes=self.stale_pushes,
+                tree_pushes=self.tree_pushes, relayed=self.relayed)
 
     def _compute(self) -> tuple[float, float]:
         """One forward/backward into the flat gradient; returns (loss, seconds)."""
@@ -164,7 +185,8 @@ class Worker:
             raise WorkerExit(f"{what} failed after {self.config.ps_retry_attempts} tries: {exc.code()} {exc.details()}") from None
 
     def _connect(self, ps: PSClient) -> None:
-        replies = self._retry("register", lambda: ps.register(self.flat.numel))
+        relay = self.relay.address if self.relay is not None else ""
+        replies = self._retry("register", lambda: ps.register(self.flat.numel, relay_address=relay))
         accepted = self._retry("init", lambda: ps.init_if_needed(self.flat.params, replies))
         if accepted:
             log(logger, logging.INFO, "initialised parameter servers", count=accepted)
@@ -198,24 +220,74 @@ class Worker:
                 time.sleep(min(self.config.ps_retry_base_s * 2 ** (failures - 1), 5.0))
         return False
 
-    def _push(self, ps: PSClient) -> None:
+    def _send(self, ps: PSClient) -> float:
+        """Deliver this iteration's gradient: to the tree parent, with the tree children's, or alone.
+        Returns the seconds spent waiting on other workers (not moving bytes)."""
+        if self.batch_size != self.base_batch:
+            # The PS averages per worker; weight by samples so the sum stays the global-batch mean.
+            self.flat.grads.mul_(self.batch_size / self.base_batch)
+        parent, children = ps.tree_role
+        if parent:
+            key = ps.pulled_key
+            result = self.relay_client.contribute(  # type: ignore[union-attr]
+                parent, self.flat.grads, key, self.batch_size, poll_s=self.config.pull_poll_s, timeout_s=300.0,
+                on_wait=lambda: self._waiting_on_parent(ps, key[0]))
+            if result.taken:
+                return result.wait_s
+            log(logger, logging.DEBUG, "tree parent did not take the gradient; pushing it myself", reason=result.reason)
+            self._push(ps, self.flat.grads)
+            return result.wait_s
+        if children and self.relay is not None:
+            start = time.monotonic()
+            taken = self.relay.inbox.collect(ps.pulled_key, children, self.config.tree_wait_s, self.stop)
+            waited_s = time.monotonic() - start
+            if taken:
+                total = self.flat.grads.clone()
+                batch = self.batch_size + sum_into(total, taken)
+                pushed = self._push(ps, total, batch, [c.worker for c in taken])
+                self.relay.inbox.settle(taken, pushed)
+                if pushed:
+                    self.tree_pushes += 1
+                    self.relayed += len(taken)
+                    return waited_s
+            self._push(ps, self.flat.grads)  # no child came in time, or the tree push was refused: ours alone
+            return waited_s
+        self._push(ps, self.flat.grads)
+        return 0.0
+
+    def _waiting_on_parent(self, ps: PSClient, epoch: int) -> str | None:
+        """While the tree parent holds our gradient: stay alive to the coordinator, and give up on the
+        parent once the PSs run a newer plan (a parent that froze is dropped from it; we are not)."""
+        if self.link is not None:
+            self.link.heartbeat(self.iteration)
         try:
-            if self.batch_size != self.base_batch:
-                # The PS averages per worker; weight by samples so the sum stays the global-batch mean.
-                self.flat.grads.mul_(self.batch_size / self.base_batch)
-            self._retry("push", lambda: ps.push(self.flat.grads, self.iteration, timeout_s=30.0, batch_size=self.batch_size))
+            epochs = {s.plan_epoch for s in ps.stats(timeout_s=self.config.pull_poll_s)}
+        except grpc.RpcError:
+            return None
+        return f"the plan moved on to epoch {max(epochs)}" if max(epochs) > epoch else None
+
+    def _push(self, ps: PSClient, grads: torch.Tensor, batch_size: int | None = None, contributors: list[int] | None = None) -> bool:
+        """Push to every PS; False when refused (the caller's gradient did not count)."""
+        batch = self.batch_size if batch_size is None else batch_size
+        try:
+            self._retry("push", lambda: ps.push(grads, self.iteration, timeout_s=30.0, batch_size=batch, contributors=contributors or ()))
+            return True
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 self._rejoin(ps, exc)  # this gradient is lost with the PS's state; pull again
-                return
+                return False
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 # The plan changed (or the round closed) while we computed: pull again.
                 self.stale_pushes += 1
                 log(logger, logging.DEBUG, "push refused, pulling again", detail=exc.details())
-                return
+                return False
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT and "NaN" in (exc.details() or ""):
                 log(logger, logging.WARNING, "gradient had NaN/Inf; skipped", iteration=self.iteration)
-                return
+                return False
+            if contributors and exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                # A child's gradient did not fit the round (e.g. it pulled a different version): send ours alone.
+                log(logger, logging.WARNING, "tree push refused; pushing alone", detail=exc.details())
+                return False
             raise
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
 from star.detect import DetectorConfig, StragglerDetector
-from star.plan import SyncPlan, exclude, ssgd, with_epoch, with_pace
+from star.plan import SyncPlan, exclude, ssgd, with_epoch, with_pace, with_tree
 from star.policy.amp import AmpConfig, AmpPolicy
 from star.policy.batch import BatchConfig, BatchPlanError, solve_batch_sizes, worth_changing
 from star.policy.learned import LearnedSelector, load_model
@@ -198,6 +198,8 @@ class Controller:
                                       {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events)
 
         plan = self._plan(period, current, active, detection.stragglers, b_noise, events)
+        if plan is not None:  # a new mode keeps how gradients travel: pacing and trees are the traffic guard's
+            plan = with_tree(with_pace(plan, current.push_pace_bytes_per_s), current.tree_fanout)
         if layout is not None and layout.hosts:
             plan = self._mind_traffic(current, plan, active, b_noise, layout, events)
         if plan is None or not set(plan.workers) >= rejoined:
@@ -226,11 +228,13 @@ class Controller:
                 events.append({"kind": "plan_deferred", "mode": plan.label, "reason": verdict.reason,
                                "predicted_util": {h: round(u, 3) for h, u in verdict.predicted_util.items()}})
                 plan = None
-        pace, reason = self.traffic.pace(pace_now, layout, len(in_force.workers))
-        if pace != pace_now:
-            events.append({"kind": "pace", "push_pace_bytes_per_s": None if pace is None else round(pace), "reason": reason})
-            return with_pace(plan or current, pace)
-        return plan if plan is None else with_pace(plan, pace_now)
+        relief = self.traffic.relieve(pace_now, current.tree_fanout, layout, len(in_force.workers))
+        if (relief.push_pace_bytes_per_s, relief.tree_fanout) != (pace_now, current.tree_fanout):
+            pace = relief.push_pace_bytes_per_s
+            events.append({"kind": "pace" if pace != pace_now else "tree", "push_pace_bytes_per_s": None if pace is None else round(pace),
+                           "tree_fanout": relief.tree_fanout, "reason": relief.reason})
+            return with_tree(with_pace(plan or current, pace), relief.tree_fanout)
+        return plan
 
     def _membership_plan(self, current: SyncPlan, newly_lost: set[int], rejoined: set[int]) -> SyncPlan | None:
         """The plan after workers left or came back: lost ones leave the current plan; a

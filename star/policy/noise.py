@@ -26,15 +26,18 @@ class NoiseAccumulator:
     big_batch: float = 0.0  # EMA of the summed batch
     rounds: int = 0
 
-    def observe(self, gradients: list[torch.Tensor], batch_sizes: list[int]) -> None:
-        """Call with ≥ 2 on-time gradients of one round, before they are summed."""
+    def observe(self, gradients: list[torch.Tensor], batch_sizes: list[int], counts: list[int] | None = None) -> None:
+        """Call with ≥ 2 on-time gradients of one round, before they are summed. `counts`: how
+        many worker gradients each one sums (a tree push sums several: its mean is the
+        gradient of the tree's whole batch, given in `batch_sizes`); default 1 each."""
         if len(gradients) < 2:
             return
-        small = sum(float(g.pow(2).sum()) for g in gradients) / len(gradients)
+        counts = counts or [1] * len(gradients)
+        small = sum(float(g.pow(2).sum()) / c**2 for g, c in zip(gradients, counts)) / len(gradients)
         total = gradients[0].clone()
         for gradient in gradients[1:]:
             total.add_(gradient)
-        big = float(total.pow(2).sum()) / len(gradients) ** 2
+        big = float(total.pow(2).sum()) / sum(counts) ** 2
         b = sum(batch_sizes) / len(batch_sizes)
         values = (small, big, b, float(sum(batch_sizes)))
         if self.rounds == 0:

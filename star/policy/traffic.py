@@ -17,6 +17,10 @@ already busy, that extra traffic turns the PS into a straggler for *every* worke
   of "what unpaced traffic would be" is least reliable exactly when a link is the
   bottleneck. Hosts that made pacing necessary stay `pressured` while it lasts, so
   re-placement still sees them as saturated though pacing hides it.
+- With `relief = "tree"`, the same hysteresis turns tree aggregation on instead
+  (`SyncPlan.tree_fanout`): parents sum their children's gradients, so about
+  1/fanout of the pushes reach the PS hosts, at no cost in update rate — but only
+  fully synchronous groups form trees (see `star.plan.tree_layout`).
 
 Pure: host states, shard layout and rate estimates in; verdicts with reasons out.
 """
@@ -24,7 +28,7 @@ Pure: host states, shard layout and rate estimates in; verdicts with reasons out
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from star.placement import HostState
 
@@ -41,6 +45,8 @@ class TrafficConfig:
     pace_release_util: float = 0.45  # pacing ends when every PS NIC stays below this (demand fell under the budget)
     pace_enter_n: int = 2  # consecutive hot decisions before pacing starts
     pace_exit_n: int = 5  # consecutive calm decisions before pacing ends
+    relief: str = "pace"  # what a hot PS NIC turns on: pace (paced pushes) | tree (workers aggregate in trees)
+    tree_fanout: int = 2  # relief = tree: workers per tree (a parent and fanout-1 children)
 
     def __post_init__(self) -> None:
         from star.config import ConfigError  # star.config imports the controller, which imports this module
@@ -52,6 +58,13 @@ class TrafficConfig:
         for name in ("pace_enter_n", "pace_exit_n"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"control.traffic.{name}", getattr(self, name), "must be >= 1")
+        if self.relief not in RELIEFS:
+            raise ConfigError("control.traffic.relief", self.relief, f"one of {', '.join(RELIEFS)}")
+        if self.tree_fanout < 2:
+            raise ConfigError("control.traffic.tree_fanout", self.tree_fanout, "must be >= 2")
+
+
+RELIEFS = ("pace", "tree")
 
 
 @dataclass(frozen=True)
@@ -95,12 +108,22 @@ def predicted_util(host: HostState, host_bytes: float, current_gradients_per_s: 
     return (other + job_then) / host.link_bytes_per_s
 
 
+@dataclass(frozen=True)
+class Relief:
+    """How the next plan moves gradients: its push pace and tree fanout (None: off), and why."""
+
+    push_pace_bytes_per_s: float | None
+    tree_fanout: int | None
+    reason: str
+
+
 @dataclass
 class TrafficGuard:
     config: TrafficConfig = field(default_factory=TrafficConfig)
     pressured: frozenset[str] = frozenset()  # PS hosts whose NIC made pacing necessary (while it lasts)
     _hot_streak: int = 0
     _calm_streak: int = 0
+    _tree_on: bool = False  # the guard turned trees on (a tree the job was configured with is left alone)
 
     def check(self, current_gradients_per_s: float, proposed_gradients_per_s: float, layout: PsLayout) -> Verdict:
         """May the job go from the current to the proposed gradient rate without saturating a PS host?"""
@@ -116,31 +139,58 @@ class TrafficGuard:
                                   f"{current_gradients_per_s:.1f} -> {proposed_gradients_per_s:.1f} gradients/s", util)
         return Verdict(True, f"PS hosts stay within {self.config.max_util:.0%}", util)
 
+    def relieve(self, pace_now: float | None, tree_now: int | None, layout: PsLayout, num_workers: int) -> Relief:
+        """The push pace and tree fanout the plan should carry, and why (config.relief picks which one acts)."""
+        if self.config.relief == "pace":
+            pace, reason = self.pace(pace_now, layout, num_workers)
+            return Relief(pace, tree_now, reason)
+        if not self.config.pace or num_workers < 1:  # `pace` switches NIC relief as a whole on and off
+            self.pressured = frozenset()
+            was_on, self._tree_on = self._tree_on, False
+            return Relief(pace_now, None if was_on else tree_now, "NIC relief off")
+        switch, reason = self._hysteresis(self._tree_on, layout)
+        if switch is None:
+            return Relief(pace_now, tree_now, reason)
+        self._tree_on = switch
+        if switch:
+            return Relief(pace_now, self.config.tree_fanout, f"{reason}: workers aggregate in trees of {self.config.tree_fanout}")
+        return Relief(pace_now, None, f"{reason}, trees off")
+
     def pace(self, current_pace: float | None, layout: PsLayout, num_workers: int) -> tuple[float | None, str]:
         """The push pace the plan should carry (None: unpaced), and why."""
         c = self.config
         if not c.pace or num_workers < 1:
             self.pressured = frozenset()
             return None, "pacing off"
+        switch, reason = self._hysteresis(current_pace is not None, layout)
+        if switch is None:
+            return current_pace, reason
+        if not switch:
+            return None, f"{reason}, pacing off"
+        by_host = {h: b for h, b in layout.bytes_by_host().items() if h in layout.hosts and b > 0}
+        budget = min(c.pace_target_util * layout.hosts[h].link_bytes_per_s * layout.total_bytes / by_host[h] for h in by_host)
+        return budget / num_workers, f"{reason}: each worker pushes at most {budget / num_workers / 1e6:.2f} MB/s"
+
+    def _hysteresis(self, active: bool, layout: PsLayout) -> tuple[bool | None, str]:
+        """(True: turn relief on, False: off, None: keep as is) from the PS hosts' measured NIC use."""
+        c = self.config
         by_host = {h: b for h, b in layout.bytes_by_host().items() if h in layout.hosts and b > 0}
         if not by_host:
-            return current_pace, "no PS host measured yet"
+            return None, "no PS host measured yet"
         util = {h: layout.hosts[h].nic_util for h in by_host}
-        if current_pace is None:
+        if not active:
             hot = {h: u for h, u in util.items() if u > c.pace_above_util}
             self._hot_streak = self._hot_streak + 1 if hot else 0
             if self._hot_streak < c.pace_enter_n:
                 return None, "no PS host's NIC has stayed near saturation"
             self._hot_streak, self._calm_streak = 0, 0
             self.pressured = frozenset(hot)
-            budget = min(c.pace_target_util * layout.hosts[h].link_bytes_per_s * layout.total_bytes / by_host[h] for h in by_host)
             host = max(hot, key=hot.get)
-            return budget / num_workers, (f"PS host {host}'s NIC at {hot[host]:.0%} for {c.pace_enter_n} decisions: "
-                                          f"each worker pushes at most {budget / num_workers / 1e6:.2f} MB/s")
+            return True, f"PS host {host}'s NIC at {hot[host]:.0%} for {c.pace_enter_n} decisions"
         busiest = max(util.values())
         self._calm_streak = self._calm_streak + 1 if busiest < c.pace_release_util else 0
         if self._calm_streak >= c.pace_exit_n:
             self._calm_streak = 0
             self.pressured = frozenset()
-            return None, f"every PS NIC below {c.pace_release_util:.0%} for {c.pace_exit_n} decisions: demand fits, pacing off"
-        return current_pace, f"busiest PS NIC at {busiest:.0%}: keep pacing"
+            return False, f"every PS NIC below {c.pace_release_util:.0%} for {c.pace_exit_n} decisions: demand fits"
+        return None, f"busiest PS NIC at {busiest:.0%}: keep relief on"

@@ -51,6 +51,7 @@ def plan_to_proto(plan: SyncPlan) -> pb.Plan:
         late_policy=plan.late_policy.value,
         label=plan.label,
         push_pace_bytes_per_s=plan.push_pace_bytes_per_s or 0.0,
+        tree_fanout=plan.tree_fanout or 0,
     )
 
 
@@ -73,6 +74,7 @@ def plan_from_proto(message: pb.Plan) -> SyncPlan:
         late_policy=late,
         label=message.label,
         push_pace_bytes_per_s=message.push_pace_bytes_per_s if message.push_pace_bytes_per_s > 0 else None,
+        tree_fanout=message.tree_fanout or None,
     )
 
 

@@ -48,6 +48,8 @@ class ShardView:
     epoch: int = 0
     since_first_update_s: float = -1.0
     push_pace_bytes_per_s: float = 0.0  # the plan's push budget per worker (0: unpaced)
+    tree_parent: str = ""  # tree aggregation: the parent's relay address ("": push to the PS)
+    tree_children: tuple[int, ...] = ()  # tree aggregation: whose gradients this worker collects
 
 
 class PSClient:
@@ -108,13 +110,13 @@ class PSClient:
         for channel in self._channels:
             grpc.channel_ready_future(channel).result(timeout=timeout_s)
 
-    def register(self, total_numel: int, timeout_s: float = 10.0) -> list[pb.RegisterReply]:
+    def register(self, total_numel: int, timeout_s: float = 10.0, relay_address: str = "") -> list[pb.RegisterReply]:
+        """`relay_address`: where this worker takes tree children's gradients ("": it takes none)."""
         self.total_numel = total_numel
         ranges = shard_ranges(total_numel, len(self._stubs))
         self.views = [ShardView(r) for r in ranges]
-        replies = self._each(
-            lambda i, s: s.Register(pb.RegisterRequest(worker_id=self.worker_id, total_numel=total_numel), timeout=timeout_s)
-        )
+        request = pb.RegisterRequest(worker_id=self.worker_id, total_numel=total_numel, relay_address=relay_address)
+        replies = self._each(lambda i, s: s.Register(request, timeout=timeout_s))
         for i, reply in enumerate(replies):
             if reply.num_ps != len(self._stubs) or reply.ps_index != i:
                 raise RuntimeError(
@@ -155,6 +157,7 @@ class PSClient:
                         raise RuntimeError(f"PS {i} serves [{h.range_start}, +{h.numel}), expected {view.range}")
                     view.version, view.epoch, view.since_first_update_s = h.version, h.plan_epoch, h.since_first_update_s
                     view.push_pace_bytes_per_s = h.push_pace_bytes_per_s
+                    view.tree_parent, view.tree_children = h.tree_parent, tuple(h.tree_children)
                 else:
                     write_chunk(out, start + reply.chunk.offset, reply.chunk.data)
 
@@ -167,8 +170,23 @@ class PSClient:
         paced = [v.push_pace_bytes_per_s for v in self.views if v.push_pace_bytes_per_s > 0]
         return min(paced) if paced else None
 
-    def push(self, grads: torch.Tensor, iteration: int, timeout_s: float | None = None, batch_size: int = 0) -> list[pb.PushReply]:
-        """Send each PS its slice of the flat gradient, tagged with what this worker last pulled."""
+    @property
+    def tree_role(self) -> tuple[str, tuple[int, ...]]:
+        """(parent relay address, children) under the plan of the last pull. Every shard runs the same
+        plan; a role holds only when every shard gave it (shards mid-switch: push to the PS)."""
+        roles = {(v.tree_parent, v.tree_children) for v in self.views}
+        return roles.pop() if len(roles) == 1 else ("", ())
+
+    @property
+    def pulled_key(self) -> tuple[int, tuple[int, ...]]:
+        """(epoch, per-shard versions) of the last pull: gradients computed on the same key may be summed."""
+        epochs = {v.epoch for v in self.views}
+        return (epochs.pop() if len(epochs) == 1 else -1), tuple(v.version for v in self.views)
+
+    def push(self, grads: torch.Tensor, iteration: int, timeout_s: float | None = None, batch_size: int = 0,
+             contributors: Sequence[int] = ()) -> list[pb.PushReply]:
+        """Send each PS its slice of the flat gradient, tagged with what this worker last pulled.
+        `contributors`: the tree children whose gradients `grads` already sums."""
 
         def push_one(i: int, stub: pb_grpc.ParameterServerStub) -> pb.PushReply:
             view = self.views[i]
@@ -180,6 +198,7 @@ class PSClient:
                 dtype=WIRE_DTYPE,
                 numel=view.range.numel,
                 batch_size=batch_size,
+                contributors=list(contributors),
             )
 
             def messages():

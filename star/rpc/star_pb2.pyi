@@ -31,12 +31,14 @@ class HealthReply(_message.Message):
     def __init__(self, status: _Optional[str] = ..., role: _Optional[str] = ..., uptime_s: _Optional[float] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "total_numel")
+    __slots__ = ("worker_id", "total_numel", "relay_address")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     TOTAL_NUMEL_FIELD_NUMBER: _ClassVar[int]
+    RELAY_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     total_numel: int
-    def __init__(self, worker_id: _Optional[int] = ..., total_numel: _Optional[int] = ...) -> None: ...
+    relay_address: str
+    def __init__(self, worker_id: _Optional[int] = ..., total_numel: _Optional[int] = ..., relay_address: _Optional[str] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("initialized", "range_start", "range_end", "total_numel", "ps_index", "num_ps")
@@ -79,7 +81,7 @@ class InitReply(_message.Message):
     def __init__(self, applied: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
 
 class PushHeader(_message.Message):
-    __slots__ = ("worker_id", "plan_epoch", "base_version", "iteration", "dtype", "numel", "batch_size")
+    __slots__ = ("worker_id", "plan_epoch", "base_version", "iteration", "dtype", "numel", "batch_size", "contributors")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +89,7 @@ class PushHeader(_message.Message):
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     NUMEL_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CONTRIBUTORS_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     plan_epoch: int
     base_version: int
@@ -94,7 +97,8 @@ class PushHeader(_message.Message):
     dtype: str
     numel: int
     batch_size: int
-    def __init__(self, worker_id: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., base_version: _Optional[int] = ..., iteration: _Optional[int] = ..., dtype: _Optional[str] = ..., numel: _Optional[int] = ..., batch_size: _Optional[int] = ...) -> None: ...
+    contributors: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, worker_id: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., base_version: _Optional[int] = ..., iteration: _Optional[int] = ..., dtype: _Optional[str] = ..., numel: _Optional[int] = ..., batch_size: _Optional[int] = ..., contributors: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PushRequest(_message.Message):
     __slots__ = ("header", "chunk")
@@ -123,7 +127,7 @@ class PullRequest(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., observer: _Optional[bool] = ...) -> None: ...
 
 class PullHeader(_message.Message):
-    __slots__ = ("version", "plan_epoch", "numel", "dtype", "range_start", "since_first_update_s", "push_pace_bytes_per_s")
+    __slots__ = ("version", "plan_epoch", "numel", "dtype", "range_start", "since_first_update_s", "push_pace_bytes_per_s", "tree_parent", "tree_children")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     NUMEL_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +135,8 @@ class PullHeader(_message.Message):
     RANGE_START_FIELD_NUMBER: _ClassVar[int]
     SINCE_FIRST_UPDATE_S_FIELD_NUMBER: _ClassVar[int]
     PUSH_PACE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    TREE_PARENT_FIELD_NUMBER: _ClassVar[int]
+    TREE_CHILDREN_FIELD_NUMBER: _ClassVar[int]
     version: int
     plan_epoch: int
     numel: int
@@ -138,7 +144,9 @@ class PullHeader(_message.Message):
     range_start: int
     since_first_update_s: float
     push_pace_bytes_per_s: float
-    def __init__(self, version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., numel: _Optional[int] = ..., dtype: _Optional[str] = ..., range_start: _Optional[int] = ..., since_first_update_s: _Optional[float] = ..., push_pace_bytes_per_s: _Optional[float] = ...) -> None: ...
+    tree_parent: str
+    tree_children: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., numel: _Optional[int] = ..., dtype: _Optional[str] = ..., range_start: _Optional[int] = ..., since_first_update_s: _Optional[float] = ..., push_pace_bytes_per_s: _Optional[float] = ..., tree_parent: _Optional[str] = ..., tree_children: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PullReply(_message.Message):
     __slots__ = ("header", "chunk")
@@ -157,7 +165,7 @@ class PlanGroup(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[int]] = ..., quorum: _Optional[int] = ...) -> None: ...
 
 class Plan(_message.Message):
-    __slots__ = ("epoch", "groups", "staleness_bound", "scale", "late_policy", "label", "push_pace_bytes_per_s")
+    __slots__ = ("epoch", "groups", "staleness_bound", "scale", "late_policy", "label", "push_pace_bytes_per_s", "tree_fanout")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     STALENESS_BOUND_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +173,7 @@ class Plan(_message.Message):
     LATE_POLICY_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     PUSH_PACE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    TREE_FANOUT_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     groups: _containers.RepeatedCompositeFieldContainer[PlanGroup]
     staleness_bound: int
@@ -172,7 +181,8 @@ class Plan(_message.Message):
     late_policy: str
     label: str
     push_pace_bytes_per_s: float
-    def __init__(self, epoch: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[PlanGroup, _Mapping]]] = ..., staleness_bound: _Optional[int] = ..., scale: _Optional[str] = ..., late_policy: _Optional[str] = ..., label: _Optional[str] = ..., push_pace_bytes_per_s: _Optional[float] = ...) -> None: ...
+    tree_fanout: int
+    def __init__(self, epoch: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[PlanGroup, _Mapping]]] = ..., staleness_bound: _Optional[int] = ..., scale: _Optional[str] = ..., late_policy: _Optional[str] = ..., label: _Optional[str] = ..., push_pace_bytes_per_s: _Optional[float] = ..., tree_fanout: _Optional[int] = ...) -> None: ...
 
 class ConfigureReply(_message.Message):
     __slots__ = ("epoch", "version", "released", "flushed")
@@ -191,7 +201,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PsStats(_message.Message):
-    __slots__ = ("ps_index", "version", "plan_epoch", "plan", "accepted", "applied", "dropped", "pending", "counters", "staleness", "since_first_update_s", "waiting_pulls", "range_start", "range_end", "noise_small_sq", "noise_big_sq", "noise_small_batch", "noise_big_batch", "moved_to")
+    __slots__ = ("ps_index", "version", "plan_epoch", "plan", "accepted", "applied", "dropped", "pending", "counters", "staleness", "since_first_update_s", "waiting_pulls", "range_start", "range_end", "noise_small_sq", "noise_big_sq", "noise_small_batch", "noise_big_batch", "moved_to", "push_bytes_received", "pushes_received")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +235,8 @@ class PsStats(_message.Message):
     NOISE_SMALL_BATCH_FIELD_NUMBER: _ClassVar[int]
     NOISE_BIG_BATCH_FIELD_NUMBER: _ClassVar[int]
     MOVED_TO_FIELD_NUMBER: _ClassVar[int]
+    PUSH_BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    PUSHES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     ps_index: int
     version: int
     plan_epoch: int
@@ -244,7 +256,9 @@ class PsStats(_message.Message):
     noise_small_batch: float
     noise_big_batch: float
     moved_to: str
-    def __init__(self, ps_index: _Optional[int] = ..., version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., plan: _Optional[str] = ..., accepted: _Optional[int] = ..., applied: _Optional[int] = ..., dropped: _Optional[int] = ..., pending: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., staleness: _Optional[_Mapping[int, int]] = ..., since_first_update_s: _Optional[float] = ..., waiting_pulls: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., noise_small_sq: _Optional[float] = ..., noise_big_sq: _Optional[float] = ..., noise_small_batch: _Optional[float] = ..., noise_big_batch: _Optional[float] = ..., moved_to: _Optional[str] = ...) -> None: ...
+    push_bytes_received: int
+    pushes_received: int
+    def __init__(self, ps_index: _Optional[int] = ..., version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., plan: _Optional[str] = ..., accepted: _Optional[int] = ..., applied: _Optional[int] = ..., dropped: _Optional[int] = ..., pending: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., staleness: _Optional[_Mapping[int, int]] = ..., since_first_update_s: _Optional[float] = ..., waiting_pulls: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., noise_small_sq: _Optional[float] = ..., noise_big_sq: _Optional[float] = ..., noise_small_batch: _Optional[float] = ..., noise_big_batch: _Optional[float] = ..., moved_to: _Optional[str] = ..., push_bytes_received: _Optional[int] = ..., pushes_received: _Optional[int] = ...) -> None: ...
 
 class MigrateOutRequest(_message.Message):
     __slots__ = ("new_address", "drain_timeout_s")
@@ -445,3 +459,33 @@ class JobStatusReply(_message.Message):
     workers_reporting: int
     reason: str
     def __init__(self, state: _Optional[str] = ..., elapsed_s: _Optional[float] = ..., max_iteration: _Optional[int] = ..., iterations_per_s: _Optional[float] = ..., metric: _Optional[float] = ..., has_metric: _Optional[bool] = ..., metric_name: _Optional[str] = ..., version: _Optional[int] = ..., mode: _Optional[str] = ..., reached: _Optional[bool] = ..., tta_s: _Optional[float] = ..., workers_reporting: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ContributeHeader(_message.Message):
+    __slots__ = ("worker_id", "plan_epoch", "shard_versions", "numel", "batch_size")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SHARD_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    NUMEL_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    plan_epoch: int
+    shard_versions: _containers.RepeatedScalarFieldContainer[int]
+    numel: int
+    batch_size: int
+    def __init__(self, worker_id: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., shard_versions: _Optional[_Iterable[int]] = ..., numel: _Optional[int] = ..., batch_size: _Optional[int] = ...) -> None: ...
+
+class ContributeRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: ContributeHeader
+    chunk: TensorChunk
+    def __init__(self, header: _Optional[_Union[ContributeHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
+class ContributeReply(_message.Message):
+    __slots__ = ("taken", "reason")
+    TAKEN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    taken: bool
+    reason: str
+    def __init__(self, taken: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...

@@ -727,3 +727,76 @@ class Coordinator:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class WorkerRelayStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Contribute = channel.stream_unary(
+                '/star.WorkerRelay/Contribute',
+                request_serializer=star__pb2.ContributeRequest.SerializeToString,
+                response_deserializer=star__pb2.ContributeReply.FromString,
+                _registered_method=True)
+
+
+class WorkerRelayServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Contribute(self, request_iterator, context):
+        """Answers once the parent pushed the sum (taken) or will not take this gradient.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_WorkerRelayServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Contribute': grpc.stream_unary_rpc_method_handler(
+                    servicer.Contribute,
+                    request_deserializer=star__pb2.ContributeRequest.FromString,
+                    response_serializer=star__pb2.ContributeReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'star.WorkerRelay', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('star.WorkerRelay', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class WorkerRelay:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Contribute(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/star.WorkerRelay/Contribute',
+            star__pb2.ContributeRequest.SerializeToString,
+            star__pb2.ContributeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

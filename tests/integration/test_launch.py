@@ -35,11 +35,28 @@ def _assert_every_gradient_accounted_for(result: dict) -> None:
         assert ps["accepted"] == ps["applied"] + ps["dropped"] + ps["pending"], ps
 
 
+def _assert_rounds_came_in_tree_pushes(result: dict) -> None:
+    """With trees of 2, parents 0 and 2 push for themselves and children 1 and 3: two pushes a round.
+    A child that missed its parent's wait pushes alone, so most rounds, not necessarily all, take two."""
+    assert "tree=2" in result["final_plan"]
+    for ps in result["ps_stats"]:
+        counters = ps["counters"]
+        assert counters["tree_pushes"] >= 0.8 * counters["pushes"], counters
+        assert counters["pushes"] <= 0.6 * ps["accepted"], ps
+
+
+# SSGD runs with tree aggregation on: flat SSGD jobs run in the coordinator, fault and security tests.
+TREE_FANOUT = {"ssgd": 2}
+
+
 @pytest.mark.parametrize("mode", list(MODE_TARGETS))
 def test_two_ps_four_workers_reach_the_digits_target(tmp_path, mode):
     config = from_dict(JobConfig, {"task": "digits", "workers": 4, "ps": 2, "out": str(tmp_path), "max_time_s": MAX_TIME_S,
-                                   "target": MODE_TARGETS[mode], "plan": {"mode": mode}})
+                                   "target": MODE_TARGETS[mode],
+                                   "plan": {"mode": mode, "tree_fanout": TREE_FANOUT.get(mode)}})
     result = launch(config)
+    if mode in TREE_FANOUT:
+        _assert_rounds_came_in_tree_pushes(result)
     assert result["reached"], f"{mode}: final {result['final_metric']} after {result['train_s']} s"
     assert result["final_metric"] >= MODE_TARGETS[mode]
     assert result["iterations"] > 0 and result["updates"] > 0

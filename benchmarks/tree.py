@@ -1,0 +1,105 @@
+"""Tree aggregation vs every worker pushing for itself, with the PS behind one slow link.
+
+    python -m benchmarks.tree --cap-mbit 40 --fanouts 0,2,4 --repeats 1 --out runs/tree
+
+Builds WORKERS + 1 network namespaces (benchmarks.netns): one worker on each of hosts
+0..WORKERS-1 and the only PS shard on the last host, whose link is capped with tc. Every
+push and pull then crosses that link. The same SSGD job runs once per fanout (0: no
+trees), arms rotated each repeat so drift on the shared machine hits all alike. With trees
+of fanout f, children hand their gradients to their parent over the uncapped links, and
+only about WORKERS/f pushes a round reach the PS's link; pulls are unchanged.
+
+Prints and writes OUT/tree.md and OUT/tree.csv: TTA, updates, pushes and push bytes the
+PS received per update, per run, and the median TTA of each arm against no trees.
+Needs root (network namespaces); says why and exits 2 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.multihost import run_job, write_report
+from benchmarks.netns import NetNamespaces, unavailable
+from star.config import JobConfig, from_dict
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    out = Path(args.out)
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    nodes = args.workers + 1
+    ps_host = nodes - 1  # workers go to node w % nodes: the last node runs the PS and no worker
+    rows = []
+    with NetNamespaces(nodes=nodes) as net:
+        applied = net.cap(ps_host, rate_mbit=args.cap_mbit, delay_ms=args.cap_delay_ms)
+        print(f"{nodes} hosts; PS on host {ps_host}, its link capped: {applied}", flush=True)
+        for repeat in range(args.repeats):
+            for fanout in fanouts[repeat % len(fanouts):] + fanouts[: repeat % len(fanouts)]:
+                run_dir = out / f"fanout{fanout}-{repeat}"
+                config = from_dict(JobConfig, {
+                    "task": args.task, "workers": args.workers, "ps": 1, "out": str(run_dir / "job"),
+                    "max_time_s": args.max_time_s, "seed": args.seed,
+                    "plan": {"mode": "ssgd", "tree_fanout": fanout or None},
+                    "node": {"ps_ranks": str(ps_host)}, "placement": {"replace": False, "cpu_aware": False},
+                    "control": {"traffic": {"pace": False}}})  # trees alone: no pacing, no moves
+                started = time.monotonic()
+                result = run_job(net, config, run_dir, timeout_s=args.max_time_s + 180)
+                (ps,) = result["ps_stats"]
+                updates = max(1, result["updates"])
+                row = {"fanout": fanout, "repeat": repeat, "reached": result["reached"], "tta_s": result["tta_s"],
+                       "updates": result["updates"], "pushes_per_update": round(ps["counters"].get("pushes", 0) / updates, 2),
+                       "tree_pushes": ps["counters"].get("tree_pushes", 0),
+                       "push_mb_per_update": round(ps.get("push_bytes_received", 0) / updates / 1e6, 3),
+                       "wall_s": round(time.monotonic() - started, 1)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def summary(rows: list[dict], args: argparse.Namespace) -> str:
+    lines = [f"{args.workers} workers on {args.workers} hosts, 1 PS shard alone on a host whose link is capped at "
+             f"{args.cap_mbit} Mbit/s; task {args.task}, SSGD", "",
+             "| fanout | repeat | reached | TTA s | updates | pushes at PS / update | push MB at PS / update |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        tta = "" if r["tta_s"] is None else f"{r['tta_s']:.2f}"
+        lines.append(f"| {r['fanout'] or 'none'} | {r['repeat']} | {r['reached']} | {tta} | {r['updates']} | "
+                     f"{r['pushes_per_update']} | {r['push_mb_per_update']} |")
+    medians = {}
+    for fanout in sorted({r["fanout"] for r in rows}):
+        ttas = [r["tta_s"] for r in rows if r["fanout"] == fanout and r["reached"]]
+        medians[fanout] = statistics.median(ttas) if ttas else None
+    lines.append("")
+    flat = medians.get(0)
+    for fanout, tta in medians.items():
+        if fanout and tta is not None and flat:
+            lines.append(f"median TTA, trees of {fanout}: {tta:.2f} s vs {flat:.2f} s without: ratio {tta / flat:.2f}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--cap-mbit", type=float, default=40.0)
+    parser.add_argument("--cap-delay-ms", type=float, default=5.0, help="added delay, where the kernel has netem")
+    parser.add_argument("--fanouts", default="0,2,4", help="comma-separated tree fanouts; 0 = no trees")
+    parser.add_argument("--task", default="digits")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-time-s", type=float, default=200.0)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--out", default="runs/tree")
+    args = parser.parse_args(argv)
+    if (reason := unavailable()) is not None:
+        print(f"benchmarks.tree: cannot build hosts: {reason}", file=sys.stderr)
+        return 2
+    rows = run(args)
+    write_report(Path(args.out), "tree", rows, summary(rows, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
