@@ -1,15 +1,20 @@
 """Tree aggregation through real PS processes and real relays: a tree round updates the model
-exactly as a flat SSGD round, with half the pushes and bytes reaching the PSs; and a child whose
-parent is gone pushes for itself. (A whole job with trees: the ssgd case of test_launch.py.)"""
+exactly as a flat SSGD round, with half the pushes and bytes reaching the PSs; a child whose
+parent is gone pushes for itself; and a malformed contribution is refused. (A whole job with trees:
+the ssgd case of test_launch.py; a frozen parent: test_faults.py.)"""
 
 from __future__ import annotations
 
 import threading
 
+import grpc
 import pytest
 import torch
 
 from star.plan import ssgd, with_tree
+from star.rpc import star_pb2 as pb
+from star.rpc import star_pb2_grpc as pb_grpc
+from star.rpc.common import CHANNEL_OPTIONS
 from star.rpc.ps_client import PSClient
 from star.rpc.security import Credentials
 from worker.relay import RelayClient, RelayServer, sum_into
@@ -102,3 +107,21 @@ def test_a_child_whose_parent_is_gone_is_told_to_push_itself_and_the_round_still
         parent.stop()
         link.close()
 
+
+
+@pytest.mark.parametrize("header, detail", [
+    (dict(worker_id=1, numel=NUMEL + 1), "numel"),
+    (dict(worker_id=99, numel=NUMEL), "worker_id 99"),
+])
+def test_a_malformed_contribution_is_refused_naming_the_field(header, detail):
+    credentials = Credentials.load()
+    relay = RelayServer("127.0.0.1", NUMEL, credentials, max_workers=16)
+    channel = credentials.channel(relay.address, CHANNEL_OPTIONS)
+    try:
+        with pytest.raises(grpc.RpcError) as error:
+            pb_grpc.WorkerRelayStub(channel).Contribute(iter([pb.ContributeRequest(header=pb.ContributeHeader(**header))]),
+                                                        timeout=10)
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and detail in error.value.details()
+    finally:
+        channel.close()
+        relay.stop()
