@@ -11,7 +11,6 @@ import dataclasses
 import json
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import torch

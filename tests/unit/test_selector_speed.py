@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from star.plan import LatePolicy, PlanError, SyncPlan, asgd, exclude, grouped, kofn, ssgd
-from star.policy import selector as sel
 from star.policy.batch import solve_batch_sizes
 from star.policy.selector import (Estimate, HeuristicSelector, ModeDecision, SelectorConfig, candidate_plans, estimate,
                                   kofn_quorums, same_shape)
