@@ -207,7 +207,7 @@ def _train_selector_parser(sub) -> None:
 
 
 def _run_train_selector(args: argparse.Namespace) -> int:
-    from star.policy.learned import default_model_path, save_model, train_and_evaluate
+    from star.sim.selector_training import default_model_path, save_model, train_and_evaluate
 
     def progress(done: int, total: int) -> None:
         if done == total or done % 25 == 0:

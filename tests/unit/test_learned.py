@@ -12,6 +12,7 @@ from star.plan import ssgd
 from star.policy import learned
 from star.policy.controller import ControlConfig, Controller, WorkerSummary, for_strategy
 from star.policy.selector import HeuristicSelector
+from star.sim import selector_training as training
 
 STRAGGLER_TIMES = {0: 0.1, 1: 0.1, 2: 0.1, 3: 0.35}
 BATCH = {w: 64 for w in range(4)}
@@ -19,7 +20,7 @@ BATCH = {w: 64 for w in range(4)}
 
 @pytest.fixture(scope="module")
 def small_training_set():
-    return learned.measure_all(learned.sample_scenarios(6, seed=5, min_workers=4, max_workers=6))
+    return training.measure_all(training.sample_scenarios(6, seed=5, min_workers=4, max_workers=6))
 
 
 def test_exported_trees_predict_exactly_what_sklearn_predicts():
@@ -29,13 +30,13 @@ def test_exported_trees_predict_exactly_what_sklearn_predicts():
     x = rng.random((200, len(learned.FEATURES)))
     y = np.sin(3 * x[:, 0]) + x[:, 1] ** 2
     regressor = GradientBoostingRegressor(n_estimators=20, max_depth=3, random_state=0).fit(x, y)
-    model = learned.from_sklearn(regressor, {f: (0.0, 1.0) for f in learned.DECISION_FEATURES}, {})
+    model = training.from_sklearn(regressor, {f: (0.0, 1.0) for f in learned.DECISION_FEATURES}, {})
     assert np.allclose(model.predict(x), regressor.predict(x), atol=1e-12)
 
 
 def test_model_round_trips_through_json_with_the_same_predictions(small_training_set, tmp_path):
-    model = learned.fit(small_training_set, seed=0, trees=20)
-    path = learned.save_model(model, tmp_path / "m.json")
+    model = training.fit(small_training_set, seed=0, trees=20)
+    path = training.save_model(model, tmp_path / "m.json")
     loaded = learned.load_model(path)
     rows = np.concatenate([m.rows for m in small_training_set])
     assert np.array_equal(loaded.predict(rows), model.predict(rows))
@@ -43,15 +44,15 @@ def test_model_round_trips_through_json_with_the_same_predictions(small_training
 
 
 def test_training_is_deterministic_for_a_seed_and_differs_across_seeds():
-    a = learned.train(seed=3, scenarios=4, min_workers=4, max_workers=5)
-    b = learned.train(seed=3, scenarios=4, min_workers=4, max_workers=5)
-    c = learned.train(seed=4, scenarios=4, min_workers=4, max_workers=5)
+    a = training.train(seed=3, scenarios=4, min_workers=4, max_workers=5)
+    b = training.train(seed=3, scenarios=4, min_workers=4, max_workers=5)
+    c = training.train(seed=4, scenarios=4, min_workers=4, max_workers=5)
     assert json.dumps(a.to_json()) == json.dumps(b.to_json())
     assert json.dumps(a.to_json()) != json.dumps(c.to_json())
 
 
 def test_a_decision_outside_the_training_ranges_falls_back_to_the_heuristic(small_training_set):
-    model = learned.fit(small_training_set, seed=0, trees=10)
+    model = training.fit(small_training_set, seed=0, trees=10)
     narrow = dataclasses.replace(model, ranges={**model.ranges, "max_over_median": (1.0, 1.5)})
     selector = learned.LearnedSelector(model=narrow)
     decision = selector.decide(10, ssgd(range(4), epoch=1), STRAGGLER_TIMES, BATCH, frozenset({3}), 0.0,
@@ -62,7 +63,7 @@ def test_a_decision_outside_the_training_ranges_falls_back_to_the_heuristic(smal
 
 
 def test_a_decision_inside_the_ranges_is_ranked_by_the_model(small_training_set):
-    model = learned.fit(small_training_set, seed=0, trees=10)
+    model = training.fit(small_training_set, seed=0, trees=10)
     wide = dataclasses.replace(model, ranges={f: (-1e9, 1e9) for f in learned.DECISION_FEATURES})
     decision = learned.LearnedSelector(model=wide).decide(10, ssgd(range(4), epoch=1), STRAGGLER_TIMES, BATCH,
                                                           frozenset({3}), 0.0, comm_s={w: 0.01 for w in range(4)})
@@ -71,7 +72,7 @@ def test_a_decision_inside_the_ranges_is_ranked_by_the_model(small_training_set)
 
 
 def test_a_model_file_with_a_bad_tree_or_format_is_refused(small_training_set, tmp_path):
-    data = learned.fit(small_training_set, seed=0, trees=5).to_json()
+    data = training.fit(small_training_set, seed=0, trees=5).to_json()
     data["trees"][0]["feature"][0] = 99
     with pytest.raises(ValueError, match="malformed"):
         learned.TreeModel.from_json(data)
