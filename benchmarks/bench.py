@@ -267,9 +267,12 @@ def _unique(name: str, taken: set[str]) -> str:
 
 
 # ---- runs -----------------------------------------------------------------------------------
-def run_sim(config: BenchConfig, strategy: str, trace: TraceSpec | None, out: Path) -> dict[str, Any]:
+def run_sim(config: BenchConfig, strategy: str, trace: TraceSpec | None, out: Path,
+            overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One simulated run; `overrides` (e.g. {"cost": {...}}) go over the calibration and the bench's settings."""
     from importlib import resources
 
+    from star.config import merge
     from star.sim import sim_config
     from star.sim.run import run_and_write
 
@@ -280,7 +283,7 @@ def run_sim(config: BenchConfig, strategy: str, trace: TraceSpec | None, out: Pa
     if trace is not None:
         data.update({"trace_path": str(trace.path), "trace_stretch": trace.stretch,
                      **({"trace_workers": trace.trace_workers} if trace.trace_workers else {})})
-    sim = run_and_write(sim_config(data, calibration=calibration))
+    sim = run_and_write(sim_config(merge(data, overrides or {}), calibration=calibration))
     return {**sim.result, "curve": [(t, v, m) for t, v, m in sim.curve]}
 
 

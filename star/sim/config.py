@@ -33,15 +33,19 @@ class CostConfig:
     ps_update_s: float = 0.0  # PS CPU seconds to apply one update; a sync group's release waits for it
     overhead_s: float = 0.0  # other seconds per iteration (framework, reporting): neither compute nor transfer
     compute_noise_cv: float = 0.0  # coefficient of variation of lognormal per-iteration compute noise
+    host_cores: float = 0.0  # CPU cores a host's workers share (0: each worker has its own, no contention)
+    workers_per_host: int = 1  # workers 0..k-1 share host 0, k..2k-1 host 1, ... (with host_cores > 0)
+    resize_s: float = 0.0  # extra seconds of a worker's first iteration at a new batch size
 
     def __post_init__(self) -> None:
         for name in ("base_compute_s", "amp_time_factor", "model_bytes", "bandwidth_bytes_per_s"):
             value = getattr(self, name)
             _require(math.isfinite(value) and value > 0, f"cost.{name}", value, "must be > 0")
-        for name in ("latency_s", "ps_update_s", "overhead_s", "compute_noise_cv"):
+        for name in ("latency_s", "ps_update_s", "overhead_s", "compute_noise_cv", "host_cores", "resize_s"):
             value = getattr(self, name)
             _require(math.isfinite(value) and value >= 0, f"cost.{name}", value, "must be >= 0")
         _require(self.base_batch >= 1, "cost.base_batch", self.base_batch, "must be >= 1")
+        _require(self.workers_per_host >= 1, "cost.workers_per_host", self.workers_per_host, "must be >= 1")
 
     @property
     def transfer_s(self) -> float:
@@ -56,6 +60,7 @@ class ConvergenceConfig:
     updates_to_target: float = 100.0  # SSGD updates (N gradients of base_batch) the real task needs to reach target
     b_noise: float = 0.0  # gradient noise scale B_noise, in samples (0: every batch is equally efficient)
     staleness_penalty: float = 0.15  # an update s versions stale is worth 1/(1 + penalty x s)
+    amp_update_worth: float = 1.0  # progress of a gradient computed under AMP, relative to one without (1: AMP costs nothing)
     initial_metric: float = 0.1  # metric before any update
     target_metric: float = 0.95  # metric reached exactly when progress == updates_to_target
     final_metric: float = 1.0  # metric approached as progress grows without bound
@@ -65,6 +70,7 @@ class ConvergenceConfig:
         _require(self.updates_to_target > 0, "convergence.updates_to_target", self.updates_to_target, "must be > 0")
         _require(self.b_noise >= 0, "convergence.b_noise", self.b_noise, "must be >= 0")
         _require(self.staleness_penalty >= 0, "convergence.staleness_penalty", self.staleness_penalty, "must be >= 0")
+        _require(0 < self.amp_update_worth <= 1, "convergence.amp_update_worth", self.amp_update_worth, "must be in (0, 1]")
         _require(self.eval_period_s >= 0, "convergence.eval_period_s", self.eval_period_s, "must be >= 0")
         lo, hi = sorted((self.initial_metric, self.final_metric))
         _require(lo < self.target_metric < hi, "convergence.target_metric", self.target_metric,

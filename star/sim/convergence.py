@@ -4,7 +4,8 @@ Progress is counted in SSGD steps: one update that sums N gradients of base_batc
 no staleness is worth exactly 1, so the target is reached at `updates_to_target`.
 An update summing gradients of total batch B is worth (B / (N·b)) / eff(B), with
 eff(B) = (1 + B_noise/B) / (1 + B_noise/(N·b)) — small batches are noisier per sample
-— divided by 1 + penalty·s for mean staleness s. This is the same shape the heuristic
+— divided by 1 + penalty·s for mean staleness s. A gradient computed under AMP counts
+amp_update_worth of its samples (the engine scales B before it gets here). This is the same shape the heuristic
 selector assumes, so the simulator can check whether its choices pay off under it.
 """
 

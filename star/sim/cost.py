@@ -1,9 +1,22 @@
 """Cost model: how long one worker iteration takes, vectorised over workers.
 
 iteration = pull + compute + push + overhead, with
-compute = base_compute_s x trace factor x (amp_time_factor if AMP is on) x batch/base_batch x noise.
+compute = cpu x trace factor (+ resize_s on the first iteration at a new batch size),
+cpu = base_compute_s x (amp_time_factor if AMP is on) x batch/base_batch x noise x stretch.
 The trace factor multiplies the compute the worker really does (as the real worker's
-replay sleeps the difference), so AMP or a smaller batch also shortens a slowed step.
+replay sleeps (factor - 1) x its measured compute), so AMP or a smaller batch also
+shortens a slowed step.
+
+Host contention (host_cores > 0): the workers of one host share its cores. A worker
+starting an iteration shares them with k workers computing at that moment, so its cpu
+time is stretched by max(1, k / host_cores). k counts the workers starting with it on
+its host (a synchronous round releases its members together) plus, for every other
+worker of the host, the fraction of its time it spent computing over its latest
+iteration (its duty: cpu seconds / seconds between its last two starts, waits and
+replay sleeps included). So a straggler that sleeps, or workers that wait for a round,
+leave cores to the others — which a real run on a shared host shows, and which makes
+asynchronous modes relatively faster there. base_compute_s is then the cpu seconds of
+a worker computing alone.
 """
 
 from __future__ import annotations
@@ -17,26 +30,63 @@ from star.sim.replay import FactorTable
 
 
 class CostModel:
-    def __init__(self, config: CostConfig, factors: FactorTable, rng: np.random.Generator):
+    def __init__(self, config: CostConfig, factors: FactorTable, rng: np.random.Generator, num_workers: int | None = None):
         self.config = config
         self.factors = factors
         self.rng = rng
         cv = config.compute_noise_cv
         self._sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
+        n = factors.num_workers if num_workers is None else num_workers
+        self.host = np.arange(n) // config.workers_per_host
+        self.hosts = int(self.host[-1]) + 1 if n else 0
+        self.duty = np.ones(n)  # share of its time each worker computed over its latest iteration
+        self.last_start = np.full(n, np.nan)
+        self.last_cpu = np.zeros(n)
+        self.last_batch = np.zeros(n, dtype=np.int64)  # 0: no iteration yet
 
     @property
     def transfer_s(self) -> float:
         return self.config.transfer_s
 
-    def compute_s(self, workers: np.ndarray, iterations: np.ndarray, amp: np.ndarray, batch: np.ndarray) -> np.ndarray:
-        """Compute seconds (incl. replayed slowdown) of each worker's given iteration."""
+    def _cpu_s(self, amp: np.ndarray, batch: np.ndarray) -> np.ndarray:
         c = self.config
-        t = c.base_compute_s * self.factors.factors(workers, iterations) * (batch / c.base_batch)
+        t = c.base_compute_s * (batch / c.base_batch)
         t = np.where(amp, t * c.amp_time_factor, t)
         if self._sigma > 0:
             # Mean-one lognormal noise: jitter without changing the average step.
             t = t * self.rng.lognormal(-0.5 * self._sigma**2, self._sigma, len(t))
         return t
+
+    def stretch(self, workers: np.ndarray, t0: np.ndarray) -> np.ndarray:
+        """Contention factor >= 1 of each starting worker's cpu time (1 everywhere without host_cores)."""
+        cores = self.config.host_cores
+        if cores <= 0:
+            return np.ones(len(workers))
+        hosts = self.host[workers]
+        duty_sum = np.bincount(self.host, weights=self.duty, minlength=self.hosts)
+        if len(workers) > 1 and np.all(t0 == t0[0]):  # released together: each counts fully
+            together = np.bincount(hosts, minlength=self.hosts)
+            their_duty = np.bincount(hosts, weights=self.duty[workers], minlength=self.hosts)
+            k = together[hosts] + duty_sum[hosts] - their_duty[hosts]
+        else:
+            k = 1.0 + duty_sum[hosts] - self.duty[workers]
+        return np.maximum(1.0, k / cores)
+
+    def start(self, workers: np.ndarray, t0: np.ndarray, iterations: np.ndarray, amp: np.ndarray,
+              batch: np.ndarray) -> np.ndarray:
+        """Compute seconds of the iterations the workers start at times t0 (contention, resizes and slowdown included)."""
+        elapsed = t0 - self.last_start[workers]
+        seen = elapsed > 0
+        self.duty[workers[seen]] = np.minimum(1.0, self.last_cpu[workers[seen]] / elapsed[seen])
+        cpu = self._cpu_s(amp, batch) * self.stretch(workers, t0)
+        compute = cpu * self.factors.factors(workers, iterations)
+        if self.config.resize_s > 0:
+            resized = (self.last_batch[workers] > 0) & (self.last_batch[workers] != batch)
+            compute = compute + self.config.resize_s * resized
+        self.last_start[workers] = t0
+        self.last_cpu[workers] = cpu
+        self.last_batch[workers] = batch
+        return compute
 
     def fixed_s(self) -> float:
         """Seconds of an iteration that are not compute: pull + push + overhead."""

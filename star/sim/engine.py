@@ -112,13 +112,14 @@ class Simulation:
         if trace is None and c.trace_path:
             trace = load_trace(c.trace_path)
         self.rng = np.random.default_rng(c.seed)
-        self.cost = CostModel(c.cost, FactorTable(trace, n, c.trace_workers, c.trace_stretch), self.rng)
+        self.cost = CostModel(c.cost, FactorTable(trace, n, c.trace_workers, c.trace_stretch), self.rng, n)
         self.conv = ConvergenceModel(c.convergence, n, c.cost.base_batch)
         self.control = for_strategy(c.control, c.plan.mode)
         self.controller = Controller(self.control, n, c.cost.base_batch)
         self.book = ReportBook(n)
         self.fixed_s = self.cost.fixed_s()
         self.ps_s = c.cost.ps_update_s
+        self.amp_worth = c.convergence.amp_update_worth
         # Per-worker state of the computation in progress.
         self.arrive = np.zeros(n)  # when its gradient reaches the PS (inf: blocked by SSP)
         self.start = np.zeros(n)  # when it pulled (started)
@@ -169,7 +170,7 @@ class Simulation:
         for g, (members, _) in enumerate(self.sync_groups):
             arrived = members[(self.rnd[members] == self.round[g]) & (self.arrive[members] <= now) & ~self.stale[members]]
             if len(arrived):
-                log.one(now + self.ps_s, float(self.cur_batch[arrived].sum()), self.start[arrived])
+                log.one(now + self.ps_s, self._samples(arrived).sum(), self.start[arrived])
                 self._start_iteration(arrived, np.full(len(arrived), now + self.ps_s))
         blocked = np.flatnonzero(np.isinf(self.arrive))
         if len(blocked):
@@ -180,13 +181,18 @@ class Simulation:
     # ---- per-worker steps -------------------------------------------------------
     def _start_iteration(self, workers: np.ndarray, t0: np.ndarray) -> None:
         amp, batch = self.amp[workers], self.batch[workers]
-        compute = self.cost.compute_s(workers, self.iters[workers], amp, batch)
+        compute = self.cost.start(workers, t0, self.iters[workers], amp, batch)
         self.cur_compute[workers] = compute
         self.cur_amp[workers] = amp
         self.cur_batch[workers] = batch
         self.start[workers] = t0
         self.arrive[workers] = t0 + self.fixed_s + compute
         self.reported[workers] = False
+
+    def _samples(self, workers: np.ndarray) -> np.ndarray:
+        """Samples each worker's gradient is worth to the convergence model: its batch, x amp_update_worth under AMP."""
+        batch = self.cur_batch[workers].astype(float)
+        return np.where(self.cur_amp[workers], batch * self.amp_worth, batch) if self.amp_worth != 1 else batch
 
     def _finish(self, workers: np.ndarray) -> None:
         """The push (and the report that follows it) of each worker's computation."""
@@ -218,7 +224,7 @@ class Simulation:
                 return
             self._finish(members)
             t = close + self.ps_s
-            log.one(t, float(self.cur_batch[members].sum()), self.start[members])
+            log.one(t, self._samples(members).sum(), self.start[members])
             self.round[g] += 1
             self.rnd[members] = self.round[g]
             self._start_iteration(members, np.full(len(members), t))
@@ -238,7 +244,7 @@ class Simulation:
                     break
                 self._finish(late)
                 if late_apply:
-                    log.many(self.arrive[late] + self.ps_s, self.cur_batch[late], self.start[late])
+                    log.many(self.arrive[late] + self.ps_s, self._samples(late), self.start[late])
                     self.counters["late_applied"] += len(late)
                 else:
                     self.counters["dropped_late"] += len(late)
@@ -251,7 +257,7 @@ class Simulation:
             winners = candidates[np.argsort(on_arrivals, kind="stable")[:quorum]]
             self._finish(winners)
             t = close + self.ps_s
-            log.one(t, float(self.cur_batch[winners].sum()), self.start[winners])
+            log.one(t, self._samples(winners).sum(), self.start[winners])
             self.round[g] += 1
             self.rnd[winners] = self.round[g]
             self._start_iteration(winners, np.full(len(winners), t))
@@ -268,7 +274,7 @@ class Simulation:
             self._finish(due)
             t = self.arrive[due] + self.ps_s
             if apply:
-                log.many(t, self.cur_batch[due], self.start[due])
+                log.many(t, self._samples(due), self.start[due])
             else:
                 self.counters["refused"] += len(due)
             self._start_iteration(due, t)
@@ -289,7 +295,7 @@ class Simulation:
             one = np.array([i])
             self._finish(one)
             t = a + self.ps_s
-            log.many(np.array([t]), self.cur_batch[one], self.start[one])
+            log.many(np.array([t]), self._samples(one), self.start[one])
             slowest = self.clock[members].min()
             self.clock[i] += 1
             if self.clock[i] - slowest > bound:

@@ -1,0 +1,178 @@
+"""Simulator vs real runs over several traces: Kendall tau of the strategy rankings and TTA errors.
+
+    python -m benchmarks.sim_vs_real \\
+        --case mid3x benchmarks/results/strategies_mid3x/summary.csv benchmarks/results/strategies_mid3x/mid3x.csv \\
+        --case job1 benchmarks/results/strategies_job1/summary.csv ../shared/traces/alibaba-pai-2020/job_1_norm.csv \\
+               trace_workers=3,4,5,6 stretch=0.06 \\
+        --out benchmarks/results/sim_vs_real
+
+Each `--case NAME SUMMARY TRACE [trace_workers=A,B,..] [stretch=F]` names one trace: SUMMARY is the
+summary.csv of the real runs on it (`python -m benchmarks.strategies`, or a real `star bench` with one
+trace), TRACE the file those runs replayed, with the same worker subset and stretch. The simulator
+(calibration `--calibration`, default the shipped one for `--task`) runs clean SSGD and every strategy
+the real table has, on `--seeds` seeds (the median TTA is used, as the real table's is), and
+DIR/sim_vs_real.md gets per trace the Kendall tau of the two rankings (goal >= 0.7) and the mean |TTA
+error| (goal <= 15%), raw and relative to each side's clean SSGD, then the per-run rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from importlib import resources
+from typing import Any
+
+from benchmarks.bench import (CLEAN, BenchConfig, TraceSpec, compare_with_real, read_real_summary, run_sim,
+                              sim_vs_real_table, summary_rows)
+from benchmarks.strategies import median_or_none
+from star.config import load_toml
+from star.sim.compare import agreement, agreement_table
+
+
+@dataclass(frozen=True)
+class Case:
+    """One trace the real runs replayed."""
+
+    name: str  # trace name in the tables
+    summary: str  # the real runs' summary.csv
+    trace: str  # the trace file they replayed
+    trace_workers: str | None = None  # as star launch --trace-workers
+    stretch: float = 1.0  # as star launch --trace-stretch
+
+
+def parse_case(words: list[str]) -> Case:
+    """NAME SUMMARY TRACE [trace_workers=...] [stretch=F] -> Case (ValueError naming the bad word)."""
+    if len(words) < 3:
+        raise ValueError(f"--case needs NAME SUMMARY TRACE [trace_workers=..] [stretch=F], got {' '.join(words)!r}")
+    options: dict[str, Any] = {}
+    for word in words[3:]:
+        key, sep, value = word.partition("=")
+        if not sep or key not in ("trace_workers", "stretch"):
+            raise ValueError(f"--case option {word!r}: expected trace_workers=A,B,.. or stretch=F")
+        if key == "stretch":
+            try:
+                options[key] = float(value)
+            except ValueError:
+                raise ValueError(f"--case stretch={value!r}: not a number") from None
+        else:
+            options[key] = value
+    for what, path in (("SUMMARY", words[1]), ("TRACE", words[2])):
+        if not Path(path).is_file():
+            raise ValueError(f"--case {words[0]}: {what} {path!r} is not a file")
+    return Case(words[0], words[1], words[2], **options)
+
+
+def median_tta(results: list[dict[str, Any]]) -> float | None:
+    """Median TTA over seeds with benchmarks.strategies' rule (a miss counts as +inf; None when half or more missed)."""
+    return median_or_none([r["tta_s"] if r.get("reached") else None for r in results])
+
+
+TIME_FIELDS = ("base_compute_s", "overhead_s", "latency_s", "ps_update_s", "resize_s")  # seconds: scale with the machine
+
+
+def scaled_cost(cost: dict[str, Any], factor: float) -> dict[str, Any]:
+    """A [cost] table whose every duration is `factor` x longer (bandwidth `factor` x lower)."""
+    out = {k: v * factor for k, v in cost.items() if k in TIME_FIELDS}
+    if "bandwidth_bytes_per_s" in cost:
+        out["bandwidth_bytes_per_s"] = cost["bandwidth_bytes_per_s"] / factor
+    return out
+
+
+def seed_anchors(runs_csv: Path) -> dict[int, tuple[float, float]]:
+    """seed -> (TTA s, updates) of the real clean SSGD run with that seed (runs.csv of benchmarks.strategies)."""
+    with open(runs_csv, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return {int(r["seed"]): (float(r["tta_s"]), float(r["updates"])) for r in rows
+            if r["run"] == "clean" and r["reached"] in ("True", "true", "1") and r["tta_s"] and r["updates"]}
+
+
+def simulate_case(case: Case, strategies: list[str], config: BenchConfig, seeds: int, out: Path) -> list[dict[str, Any]]:
+    """Summary rows (bench.summary_rows) of the simulated clean SSGD and strategies on the case's trace.
+
+    Paired with the real runs when their runs.csv lies beside the summary: per real seed, the
+    simulator takes that seed's clean-SSGD updates to target and rescales its durations so its clean
+    run takes the real clean run's time (both vary with the seed and the machine's load); the
+    strategies are then predicted under that anchor and their median over seeds compared. Else the
+    calibration as it is, on `seeds` seeds."""
+    spec = TraceSpec(case.name, Path(case.trace), case.trace_workers, case.stretch)
+    runs_csv = Path(case.summary).with_name("runs.csv")
+    anchors = seed_anchors(runs_csv) if runs_csv.is_file() else {}
+    settings: list[tuple[int, dict[str, Any]]] = [(s, {}) for s in range(config.seed, config.seed + seeds)]
+    if anchors:
+        calibration = config.calibration or str(resources.files("star.sim").joinpath("calibrations", f"{config.task}.toml"))
+        cost = load_toml(calibration).get("cost", {})
+        settings = []
+        for seed, (tta_s, updates) in sorted(anchors.items()):
+            convergence = {"convergence": {"updates_to_target": updates}}
+            clean = run_sim(BenchConfig(**{**config.__dict__, "seed": seed}), CLEAN, None, out / "anchor" / str(seed), convergence)
+            factor = tta_s / clean["tta_s"] if clean.get("reached") and clean.get("tta_s") else 1.0
+            settings.append((seed, {**convergence, "cost": scaled_cost(cost, factor)}))
+    runs = []
+    for strategy in [CLEAN] + [s for s in strategies if s != CLEAN]:
+        results = [run_sim(BenchConfig(**{**config.__dict__, "seed": seed}), strategy, None if strategy == CLEAN else spec,
+                           out / case.name / strategy / f"seed{seed}", overrides) for seed, overrides in settings]
+        tta = median_tta(results)
+        runs.append({"trace": case.name, "strategy": strategy, "workers": config.workers, "tta_s": tta, "reached": tta is not None})
+    return summary_rows(runs)
+
+
+def compare_cases(cases: list[Case], config: BenchConfig, seeds: int, out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(per-run comparison rows, per-trace agreement rows) over every case."""
+    compared = []
+    for case in cases:
+        real = [{**r, "trace": case.name} for r in read_real_summary(Path(case.summary))]
+        strategies = [r["strategy"] for r in real]
+        sim = simulate_case(case, strategies, config, seeds, out)
+        compared += compare_with_real(sim, real)
+    return compared, agreement(compared)
+
+
+def report(compared: list[dict[str, Any]], agree: list[dict[str, Any]], cases: list[Case], config: BenchConfig, seeds: int) -> str:
+    calibration = config.calibration or f"{config.task} (shipped)"
+    lines = [f"# Simulator vs real runs\n\nSimulated: {config.workers} workers, calibration {calibration}, median of {seeds} "
+             "seed(s) per strategy. Real: the medians of each case's summary.csv:\n"]
+    lines += [f"- {c.name}: `{c.summary}` (trace `{c.trace}`"
+              + (f", workers {c.trace_workers}" if c.trace_workers else "") + f", stretch {c.stretch})" for c in cases]
+    lines += ["", "## Ranking and error per trace", "", agreement_table(agree), "## Per run", "", sim_vs_real_table(compared)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", nargs="+", action="append", required=True, metavar="WORD",
+                        help="NAME SUMMARY TRACE [trace_workers=A,B,..] [stretch=F]")
+    parser.add_argument("--calibration", default=None, help="simulator calibration TOML (default: shipped for --task)")
+    parser.add_argument("--task", default="digits")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--seeds", type=int, default=3, help="simulated seeds per strategy (median TTA)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    try:
+        cases = [parse_case(words) for words in args.case]
+        if args.seeds < 1:
+            raise ValueError(f"--seeds {args.seeds}: must be >= 1")
+        if args.calibration and not Path(args.calibration).is_file():
+            raise ValueError(f"--calibration {args.calibration!r} is not a file")
+    except ValueError as exc:
+        print(f"sim_vs_real: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = BenchConfig(traces=(), out=str(out), sim=True, workers=args.workers, seed=args.seed, task=args.task,
+                         calibration=args.calibration)
+    with tempfile.TemporaryDirectory(prefix="sim_vs_real-") as runs:  # per-run sim files are not kept
+        compared, agree = compare_cases(cases, config, args.seeds, Path(runs))
+    text = report(compared, agree, cases, config, args.seeds)
+    (out / "sim_vs_real.md").write_text(text)
+    print(agreement_table(agree))
+    print(f"wrote {out / 'sim_vs_real.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Simulator vs real: Kendall tau, per-trace agreement, and the sim_vs_real tool's pure pieces."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks import sim_vs_real
+from star.sim.compare import agreement, agreement_table, kendall_tau
+
+
+def test_kendall_tau_is_one_for_the_same_order_and_minus_one_for_the_reverse():
+    assert kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert kendall_tau([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+
+
+def test_kendall_tau_counts_one_swapped_pair_of_four():
+    # 6 pairs, 1 discordant: (5 - 1) / 6
+    assert kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+
+
+def test_kendall_tau_b_corrects_for_ties_and_a_miss_ranks_last():
+    # scipy.stats.kendalltau([1, 2, 2, 3], [1, 2, 3, 4]) = 0.9128709291752769 (tau-b)
+    assert kendall_tau([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9128709291752769)
+    assert kendall_tau([1.0, None, 2.0], [1.0, 9.0, 2.0]) == pytest.approx(1.0)  # None = missed = slowest
+    assert kendall_tau([1, 1, 1], [1, 2, 3]) is None
+    with pytest.raises(ValueError, match="paired"):
+        kendall_tau([1, 2], [1])
+
+
+def _row(trace, strategy, real, sim):
+    return {"trace": trace, "strategy": strategy, "real_tta_s": real, "sim_tta_s": sim,
+            "error": None if not (real and sim) else sim / real - 1, "error_vs_clean": None if not (real and sim) else sim / real - 1}
+
+
+def test_agreement_ranks_strategies_without_the_clean_reference_and_averages_abs_errors():
+    compared = [_row("t", "ssgd-clean", 10.0, 30.0), _row("t", "ssgd", 20.0, 22.0), _row("t", "asgd", 12.0, 10.8),
+                _row("t", "kofn", 15.0, 15.0), _row("u", "ssgd", 5.0, 5.0), _row("u", "kofn", 6.0, 4.0)]
+    rows = {r["trace"]: r for r in agreement(compared)}
+    assert rows["t"]["strategies"] == 3 and rows["t"]["kendall_tau"] == pytest.approx(1.0)  # clean's 200% miss not ranked
+    assert rows["t"]["mean_error_vs_clean"] == pytest.approx((0.1 + 0.1 + 0.0) / 3)
+    assert rows["t"]["mean_error"] == pytest.approx((2.0 + 0.1 + 0.1 + 0.0) / 4)
+    assert rows["u"]["kendall_tau"] == pytest.approx(-1.0)
+    assert rows["t"]["real_order"] == "asgd < kofn < ssgd"
+    table = agreement_table(list(rows.values()))
+    assert "| t | 3 | 1.00 | yes |" in table and "| u | 2 | -1.00 | **NO** |" in table
+
+
+def test_scaled_cost_stretches_every_duration_and_slows_the_network():
+    cost = {"base_compute_s": 0.1, "overhead_s": 0.2, "bandwidth_bytes_per_s": 100.0, "base_batch": 64, "host_cores": 2.0}
+    scaled = sim_vs_real.scaled_cost(cost, 2.0)
+    assert scaled == {"base_compute_s": 0.2, "overhead_s": 0.4, "bandwidth_bytes_per_s": 50.0}
+
+
+def test_seed_anchors_take_each_seeds_clean_run_and_skip_misses(tmp_path):
+    runs = tmp_path / "runs.csv"
+    runs.write_text("run,strategy,trace,seed,reached,tta_s,final_metric,updates\n"
+                    "clean,ssgd,none,0,True,20.0,0.95,60\nssgd,ssgd,x.csv,0,True,30.0,0.95,61\n"
+                    "clean,ssgd,none,1,False,,0.90,99\n")
+    assert sim_vs_real.seed_anchors(runs) == {0: (20.0, 60.0)}
+
+
+def test_parse_case_reads_options_and_names_a_bad_word(tmp_path):
+    summary, trace = tmp_path / "summary.csv", tmp_path / "t.csv"
+    summary.write_text("x\n")
+    trace.write_text("x\n")
+    case = sim_vs_real.parse_case(["job1", str(summary), str(trace), "trace_workers=3,4,5,6", "stretch=0.06"])
+    assert (case.trace_workers, case.stretch) == ("3,4,5,6", 0.06)
+    with pytest.raises(ValueError, match="stretch='x'"):
+        sim_vs_real.parse_case(["a", str(summary), str(trace), "stretch=x"])
+    with pytest.raises(ValueError, match="'speed=2'"):
+        sim_vs_real.parse_case(["a", str(summary), str(trace), "speed=2"])
+    with pytest.raises(ValueError, match="TRACE"):
+        sim_vs_real.parse_case(["a", str(summary), str(tmp_path / "missing.csv")])
+
+
+def test_median_tta_counts_a_miss_as_slowest():
+    assert sim_vs_real.median_tta([{"reached": True, "tta_s": 3.0}, {"reached": False, "tta_s": None},
+                                   {"reached": True, "tta_s": 1.0}]) == 3.0
+    assert sim_vs_real.median_tta([{"reached": False, "tta_s": None}, {"reached": True, "tta_s": 1.0}]) is None
+    assert not math.isnan(sim_vs_real.median_tta([{"reached": True, "tta_s": 2.0}]))

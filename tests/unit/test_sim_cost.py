@@ -1,0 +1,109 @@
+"""Simulator cost and convergence pieces: host contention, resize cost, AMP's worth per update."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from star.sim import Simulation, sim_config
+from star.sim.config import CostConfig
+from star.sim.cost import CostModel
+from star.sim.replay import FactorTable
+from star.config import ConfigError
+from star.traces import Trace
+
+BASE_S = 0.1
+
+
+def config(mode: str = "ssgd", cost: dict | None = None, convergence: dict | None = None, iterations: int = 60):
+    return sim_config({
+        "workers": 4, "iterations": iterations, "stop_at_target": False, "plan": {"mode": mode},
+        "cost": {"base_compute_s": BASE_S, "model_bytes": 1.0, "bandwidth_bytes_per_s": 1e15, **(cost or {})},
+        "convergence": {"updates_to_target": 1e6, "eval_period_s": 0.0, **(convergence or {})},
+    })
+
+
+def slow_worker(factor: float, worker: int = 3) -> Trace:
+    rows = [(0, w, factor if w == worker else 1.0) for w in range(4)]
+    return Trace.from_rows(rows + [(10_000, w, f) for _, w, f in rows])
+
+
+def run(cfg, trace=None) -> Simulation:
+    sim = Simulation(cfg, trace)
+    sim.run()
+    return sim
+
+
+def model(**cost) -> CostModel:
+    return CostModel(CostConfig(base_compute_s=BASE_S, **cost), FactorTable(None, 4), np.random.default_rng(0))
+
+
+def test_workers_released_together_share_the_hosts_cores():
+    shared = model(host_cores=2.0, workers_per_host=4)
+    own = model()
+    everyone, zeros = np.arange(4), np.zeros(4)
+    args = (np.zeros(4, dtype=np.int64), np.zeros(4, dtype=bool), np.full(4, 64))
+    assert shared.start(everyone, zeros, *args) == pytest.approx(np.full(4, 2 * BASE_S))
+    assert own.start(everyone, zeros, *args) == pytest.approx(np.full(4, BASE_S))
+    two_hosts = model(host_cores=2.0, workers_per_host=2)  # two workers per 2-core host: no contention
+    assert two_hosts.start(everyone, zeros, *args) == pytest.approx(np.full(4, BASE_S))
+
+
+def test_a_worker_that_mostly_waits_leaves_its_cores_to_the_others():
+    m = model(host_cores=2.0, workers_per_host=4)
+    one = (np.zeros(1, dtype=np.int64), np.zeros(1, dtype=bool), np.full(1, 64))
+    m.start(np.arange(4), np.zeros(4), np.zeros(4, dtype=np.int64), np.zeros(4, dtype=bool), np.full(4, 64))
+    for w in (1, 2, 3):  # each computed 0.2 s of its 2 s: duty 0.1
+        m.start(np.array([w]), np.array([2.0]), *one)
+    # worker 0 starting alone: k = 1 + 3 x 0.1 = 1.3 < 2 cores, no stretch
+    assert m.start(np.array([0]), np.array([2.0]), *one) == pytest.approx([BASE_S])
+
+
+def test_ssgd_rounds_on_a_shared_host_take_the_stretched_compute():
+    shared = run(config(cost={"host_cores": 2.0, "workers_per_host": 4}))
+    gaps = np.diff(shared.history._data[: shared.history.size])
+    assert gaps == pytest.approx(np.full(len(gaps), 2 * BASE_S))
+
+
+def test_on_a_shared_host_asgd_gains_the_cores_a_sleeping_straggler_frees_and_ssgd_does_not():
+    """Against a clean run, a 4x straggler costs ASGD far less throughput on a shared host than on
+    dedicated cores (the fast workers compute faster while it sleeps), and SSGD gains nothing."""
+    def throughput(mode, cost, trace):
+        sim = run(config(mode, cost=cost, iterations=200), trace)
+        return sim.history.size / sim.history._data[sim.history.size - 1]
+
+    shared = {"host_cores": 2.0, "workers_per_host": 4}
+    loss = {name: 1 - throughput("asgd", cost, slow_worker(4.0)) / throughput("asgd", cost, None)
+            for name, cost in (("shared", shared), ("own", {}))}
+    assert loss["own"] == pytest.approx(1 - (3 + 1 / 4) / 4, abs=0.02)  # one worker at 1/4 speed
+    assert loss["shared"] < loss["own"] - 0.1
+    ssgd = throughput("ssgd", shared, slow_worker(4.0))
+    assert ssgd == pytest.approx(throughput("ssgd", {}, slow_worker(4.0)) / 2, rel=0.01)  # the round waits for the straggler
+
+
+def test_the_first_iteration_at_a_new_batch_size_pays_the_resize_cost_once():
+    m = model(resize_s=0.05)
+    w, amp = np.array([0]), np.zeros(1, dtype=bool)
+    it = np.zeros(1, dtype=np.int64)
+    assert m.start(w, np.array([0.0]), it, amp, np.array([64])) == pytest.approx([BASE_S])  # first: no resize
+    assert m.start(w, np.array([1.0]), it, amp, np.array([32])) == pytest.approx([BASE_S / 2 + 0.05])
+    assert m.start(w, np.array([2.0]), it, amp, np.array([32])) == pytest.approx([BASE_S / 2])
+
+
+def test_gradients_computed_under_amp_make_less_progress_when_amp_costs_accuracy():
+    trace = slow_worker(3.0)
+    cost = {"amp_time_factor": 0.5}
+    full = run(config("amp", cost=cost, iterations=120), trace)
+    half = run(config("amp", cost=cost, convergence={"amp_update_worth": 0.5}, iterations=120), trace)
+    assert full.counts.get("amp", 0) >= 1  # AMP was switched on for the straggler
+    assert half.history.size == full.history.size  # same timing: the worth changes progress only
+    assert half.progress < full.progress - 0.5
+
+
+def test_cost_and_convergence_fields_are_validated_by_name():
+    with pytest.raises(ConfigError, match="cost.host_cores"):
+        config(cost={"host_cores": -1.0})
+    with pytest.raises(ConfigError, match="cost.workers_per_host"):
+        config(cost={"workers_per_host": 0})
+    with pytest.raises(ConfigError, match="convergence.amp_update_worth"):
+        config(convergence={"amp_update_worth": 1.5})
