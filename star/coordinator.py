@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import signal
-import statistics
 import threading
 import time
-from collections import deque
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,109 +25,32 @@ from star.config import PlanConfig, SecurityConfig
 from star.hosts import HostBook, MoveState, ShardMove
 from star.placement import PlacementConfig, ReplacementPolicy
 from star.policy.traffic import PsLayout
-from star.policy.controller import ControlConfig, Controller, WorkerSummary, for_strategy
+from star.policy.controller import ControlConfig, Controller, for_strategy
 from star.policy.noise import noise_scale
 from star.evaluator import CurveWriter, EvalPoint, Evaluator, time_to_target
+from star.cluster import ClusterView, Rate
+from star.coordinator_checks import (  # noqa: F401 - ABSURD_S and friends are part of this module's interface
+    ABSURD_S,
+    MAX_CPU_PERCENT,
+    MAX_SLOWDOWN,
+    directives_problem,
+    join_problem,
+    report_problem,
+    resources_problem,
+)
+from star.coordinator_result import result_dict
 from star.events import EventLog
 from star.logs import log
 from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import (
-    CONTROL_CHANNEL_OPTIONS,
-    MAX_BATCH_SIZE,
-    MAX_LABEL_CHARS,
-    address,
-    host_of,
-    sample_from_proto,
-    write_ready_file,
-)
+from star.rpc.common import CONTROL_CHANNEL_OPTIONS, MAX_LABEL_CHARS, address, host_of, sample_from_proto, write_ready_file
 from star.ps_watch import PsWatch
 from star.rpc.ps_client import RETRYABLE, PSClient, stats_at
 from star.rpc.security import Credentials
 from star.tasks import get_task
 
 logger = logging.getLogger("coordinator")
-
-ABSURD_S = 3600.0  # a per-iteration time above an hour is a bug or a hostile report
-MAX_SLOWDOWN = 1e6  # a replayed trace factor beyond this is not a slowdown but a hostile report
-MAX_CPU_PERCENT = 1e6  # psutil reports up to 100 x cores
-
-
-def _worker_problem(worker_id: int, num_workers: int) -> str | None:
-    if worker_id >= num_workers:
-        return f"worker_id {worker_id} is outside this job's workers 0..{num_workers - 1}"
-    return None
-
-
-def join_problem(request: pb.JoinRequest, num_workers: int) -> str | None:
-    """Why a Join is refused (naming the field and value), or None."""
-    if problem := _worker_problem(request.worker_id, num_workers):
-        return problem
-    if len(request.host) > MAX_LABEL_CHARS:
-        return f"host of {len(request.host)} characters exceeds {MAX_LABEL_CHARS}"
-    if request.batch_size > MAX_BATCH_SIZE:
-        return f"batch_size {request.batch_size} exceeds {MAX_BATCH_SIZE}"
-    return None
-
-
-def report_problem(report: pb.IterationReport, num_workers: int) -> str | None:
-    """Why an IterationReport is refused, or None. Checked before the report touches the cluster view.
-
-    The loss is not checked: a NaN loss is a true report of a diverged worker.
-    """
-    if problem := _worker_problem(report.worker_id, num_workers):
-        return problem
-    for name in ("compute_s", "push_s", "pull_s"):
-        value = getattr(report, name)
-        if not (math.isfinite(value) and 0 <= value <= ABSURD_S):
-            return f"{name}={value!r} must be a finite number of seconds in [0, {ABSURD_S:g}]"
-    if not (math.isfinite(report.slowdown) and 0 <= report.slowdown <= MAX_SLOWDOWN):
-        return f"slowdown={report.slowdown!r} must be a finite factor in [0, {MAX_SLOWDOWN:g}]"
-    if not (math.isfinite(report.cpu_percent) and 0 <= report.cpu_percent <= MAX_CPU_PERCENT):
-        return f"cpu_percent={report.cpu_percent!r} must be finite and in [0, {MAX_CPU_PERCENT:g}]"
-    if report.batch_size > MAX_BATCH_SIZE:
-        return f"batch_size {report.batch_size} exceeds {MAX_BATCH_SIZE}"
-    return None
-
-
-MAX_NICS = 256  # interfaces in one host report
-MAX_RATE = 1e13  # bytes/s: beyond any NIC
-
-
-def resources_problem(message: pb.HostResources) -> str | None:
-    """Why a host's resource report is refused (naming the field), or None."""
-    if not 1 <= len(message.host) <= MAX_LABEL_CHARS:
-        return f"host must be 1..{MAX_LABEL_CHARS} characters, got {len(message.host)}"
-    bounded = {"time_s": (message.time_s, 0, 1e11), "interval_s": (message.interval_s, 0, ABSURD_S),
-               "cpu_percent": (message.cpu_percent, 0, 100.5), "job_cpu_percent": (message.job_cpu_percent, 0, 100.5),
-               "memory_percent": (message.memory_percent, 0, 100.5)}
-    for name, (value, low, high) in bounded.items():
-        if not (math.isfinite(value) and low <= value <= high):
-            return f"{name}={value!r} must be a finite number in [{low:g}, {high:g}]"
-    if message.cpu_count > 1 << 16:
-        return f"cpu_count {message.cpu_count} exceeds {1 << 16}"
-    if len(message.nics) > MAX_NICS or len(message.ps) > MAX_NICS:
-        return f"{len(message.nics)} nics / {len(message.ps)} ps entries: at most {MAX_NICS} each"
-    for i, nic in enumerate(message.nics):
-        if len(nic.name) > MAX_LABEL_CHARS:
-            return f"nics[{i}].name of {len(nic.name)} characters exceeds {MAX_LABEL_CHARS}"
-        for name in ("rx_bytes_per_s", "tx_bytes_per_s", "link_bytes_per_s"):
-            value = getattr(nic, name)
-            if not (math.isfinite(value) and 0 <= value <= MAX_RATE):
-                return f"nics[{i}].{name}={value!r} must be a finite number in [0, {MAX_RATE:g}]"
-    for i, running in enumerate(message.ps):
-        if not 1 <= len(running.address) <= MAX_LABEL_CHARS:
-            return f"ps[{i}].address must be 1..{MAX_LABEL_CHARS} characters"
-    return None
-
-
-def directives_problem(request: pb.SetDirectivesRequest, num_workers: int) -> str | None:
-    if problem := _worker_problem(request.worker_id, num_workers):
-        return problem
-    if request.directives.batch_size > MAX_BATCH_SIZE:
-        return f"directives.batch_size {request.directives.batch_size} exceeds {MAX_BATCH_SIZE}"
-    return None
 
 
 @dataclass(frozen=True)
@@ -156,106 +76,6 @@ class CoordinatorConfig:
     security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS (server and PS channels)
     placement: PlacementConfig = field(default_factory=PlacementConfig)  # PS re-placement when a PS host stays saturated
     placement_file: str | None = None  # JSON of the start-up placement decision (star node writes it): logged as an event
-
-
-class ClusterView:
-    """What the coordinator knows about the workers: the latest reports, per worker."""
-
-    def __init__(self, num_workers: int, window: int):
-        self.num_workers = num_workers
-        self.reports: dict[int, deque[pb.IterationReport]] = {}
-        self.window = window
-        self.joined: set[int] = set()
-        self.ignored: dict[str, int] = {}
-        self.last_seen_s: dict[int, float] = {}
-        self._first_report_s: float | None = None
-
-    def accept(self, report: pb.IterationReport, now_s: float) -> bool:
-        """Record a report; reports from unknown workers, or going backwards, are counted and ignored.
-        A heartbeat only proves the worker alive (it is blocked, e.g. in an SSGD pull)."""
-        if report.worker_id >= self.num_workers:
-            return self._ignore("unknown_worker")
-        if report.heartbeat:
-            if report.worker_id in self.reports:
-                self.last_seen_s[report.worker_id] = now_s
-            return False
-        history = self.reports.setdefault(report.worker_id, deque(maxlen=self.window))
-        if history and report.iteration <= history[-1].iteration:
-            return self._ignore("out_of_order")
-        times = (report.compute_s, report.push_s, report.pull_s)
-        if min(times) < 0:
-            return self._ignore("negative_time")
-        if max(times) > ABSURD_S or any(t != t for t in times):
-            return self._ignore("absurd_time")
-        history.append(report)
-        self.last_seen_s[report.worker_id] = now_s
-        if self._first_report_s is None:
-            self._first_report_s = now_s
-        return True
-
-    def forget(self, worker: int) -> None:
-        """Drop a worker's history (it restarted); it is judged again once it has reported anew."""
-        self.reports.pop(worker, None)
-
-    def _ignore(self, reason: str) -> bool:
-        self.ignored[reason] = self.ignored.get(reason, 0) + 1
-        return False
-
-    def summaries(self, now_s: float, amp_state: dict[int, bool], window: int = 4) -> dict[int, WorkerSummary]:
-        """Per worker: medians over its latest reports made under its current AMP setting."""
-        out = {}
-        for worker, history in self.reports.items():
-            recent = [r for r in history if r.amp == amp_state.get(worker, False) and r.batch_size > 0][-window:]
-            silent = now_s - self.last_seen_s.get(worker, now_s)
-            if not recent:
-                out[worker] = WorkerSummary(1.0, 0.0, 1, 0, 0, silent)
-                continue
-            out[worker] = WorkerSummary(
-                per_sample_s=statistics.median(r.compute_s / r.batch_size for r in recent),
-                comm_s=2 * statistics.median(r.push_s for r in recent),
-                batch_size=recent[-1].batch_size,
-                amp_reports=sum(1 for r in recent if r.amp),
-                reports=len(recent),
-                silent_s=silent,
-            )
-        return out
-
-    def compute_vs_comm(self) -> dict[str, float | None]:
-        """Median compute and communication seconds per iteration over the recent reports.
-
-        Communication = push + pull of the same bytes, estimated as 2 x push: a pull's
-        time also includes blocking on other workers, which is not communication.
-        """
-        reports = [r for history in self.reports.values() for r in history]
-        if not reports:
-            return {"compute_s_median": None, "comm_s_median": None, "compute_to_comm": None}
-        compute = statistics.median(r.compute_s for r in reports)
-        comm = 2 * statistics.median(r.push_s for r in reports)
-        return {
-            "compute_s_median": round(compute, 5),
-            "comm_s_median": round(comm, 5),
-            "compute_to_comm": round(compute / comm, 2) if comm > 0 else None,
-        }
-
-    def max_iteration(self) -> int:
-        return max((h[-1].iteration for h in self.reports.values() if h), default=0)
-
-    def total_iterations(self) -> int:
-        return sum(h[-1].iteration for h in self.reports.values() if h)
-
-
-class _Rate:
-    """Iterations per second between two calls."""
-
-    def __init__(self) -> None:
-        self._last: tuple[float, int] | None = None
-        self.value = 0.0
-
-    def update(self, now_s: float, total: int) -> float:
-        if self._last is not None and now_s > self._last[0]:
-            self.value = max(0.0, (total - self._last[1]) / (now_s - self._last[0]))
-        self._last = (now_s, total)
-        return self.value
 
 
 class CoordinatorService(pb_grpc.CoordinatorServicer):
@@ -423,7 +243,7 @@ class Coordinator:
                          decision_period_s=control.decision_period_s)
         service, period = self.service, 0
         replacement = ReplacementPolicy(self.config.placement)
-        rate = _Rate()
+        rate = Rate()
         while not self.stop.wait(control.decision_period_s):
             if service.state in ("done", "finished"):
                 return
@@ -607,51 +427,7 @@ class Coordinator:
         except grpc.RpcError as exc:
             log(logger, logging.WARNING, "could not read PS stats for the result", error=exc.code())
             stats = []
-        result = {
-            "task": self.config.task,
-            "mode": self.config.plan.mode,
-            "workers": self.config.num_workers,
-            "ps": len(self.config.ps_addresses),
-            "metric": self.task.metric_name,
-            "target": self.target,
-            "reached": service.tta_s is not None,
-            "tta_s": service.tta_s,
-            "final_metric": points[-1].metric if points else None,
-            "best_metric": (max if self.task.higher_is_better else min)(p.metric for p in points) if points else None,
-            "iterations": service.cluster.max_iteration(),
-            "updates": max((s.version for s in stats), default=0),
-            "train_s": points[-1].time_s if points else 0.0,
-            "reason": service.reason,
-            "evaluations": len(points),
-            "ps_stats": [
-                {
-                    "ps_index": s.ps_index,
-                    "version": s.version,
-                    "accepted": s.accepted,
-                    "applied": s.applied,
-                    "dropped": s.dropped,
-                    "pending": s.pending,
-                    "counters": dict(s.counters),
-                    "staleness": {str(k): v for k, v in sorted(s.staleness.items())},
-                    "pushes_received": s.pushes_received,
-                    "push_bytes_received": s.push_bytes_received,
-                }
-                for s in stats
-            ],
-            "reports_ignored": dict(service.cluster.ignored),
-            **service.cluster.compute_vs_comm(),
-            "straggler_detections": self.events.counts.get("straggler_detected", 0),
-            "plan_switches": self.events.counts.get("plan", 0) - 1,
-            "amp_toggles": self.events.counts.get("amp", 0),
-            "final_plan": service.plan.describe() if service.plan else "",
-            "faults": {
-                "workers_lost": self.events.counts.get("worker_lost", 0),
-                "workers_restarted": self.events.counts.get("worker_restarted", 0),
-                "workers_rejoined": self.events.counts.get("worker_rejoined", 0),
-                "ps_restored": self.events.counts.get("ps_restored", 0),
-                "updates_lost": self.ps_watch.updates_lost,
-            },
-        }
+        result = result_dict(self, points, stats)
         tmp = self.out / "result.json.tmp"
         tmp.write_text(json.dumps(result, indent=2))
         os.replace(tmp, self.out / "result.json")

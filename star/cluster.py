@@ -1,0 +1,110 @@
+"""What the coordinator knows about the workers (ClusterView), and an iterations-per-second rate."""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+from star.coordinator_checks import ABSURD_S
+from star.policy.controller import WorkerSummary
+from star.rpc import star_pb2 as pb
+
+
+class ClusterView:
+    """What the coordinator knows about the workers: the latest reports, per worker."""
+
+    def __init__(self, num_workers: int, window: int):
+        self.num_workers = num_workers
+        self.reports: dict[int, deque[pb.IterationReport]] = {}
+        self.window = window
+        self.joined: set[int] = set()
+        self.ignored: dict[str, int] = {}
+        self.last_seen_s: dict[int, float] = {}
+        self._first_report_s: float | None = None
+
+    def accept(self, report: pb.IterationReport, now_s: float) -> bool:
+        """Record a report; reports from unknown workers, or going backwards, are counted and ignored.
+        A heartbeat only proves the worker alive (it is blocked, e.g. in an SSGD pull)."""
+        if report.worker_id >= self.num_workers:
+            return self._ignore("unknown_worker")
+        if report.heartbeat:
+            if report.worker_id in self.reports:
+                self.last_seen_s[report.worker_id] = now_s
+            return False
+        history = self.reports.setdefault(report.worker_id, deque(maxlen=self.window))
+        if history and report.iteration <= history[-1].iteration:
+            return self._ignore("out_of_order")
+        times = (report.compute_s, report.push_s, report.pull_s)
+        if min(times) < 0:
+            return self._ignore("negative_time")
+        if max(times) > ABSURD_S or any(t != t for t in times):
+            return self._ignore("absurd_time")
+        history.append(report)
+        self.last_seen_s[report.worker_id] = now_s
+        if self._first_report_s is None:
+            self._first_report_s = now_s
+        return True
+
+    def forget(self, worker: int) -> None:
+        """Drop a worker's history (it restarted); it is judged again once it has reported anew."""
+        self.reports.pop(worker, None)
+
+    def _ignore(self, reason: str) -> bool:
+        self.ignored[reason] = self.ignored.get(reason, 0) + 1
+        return False
+
+    def summaries(self, now_s: float, amp_state: dict[int, bool], window: int = 4) -> dict[int, WorkerSummary]:
+        """Per worker: medians over its latest reports made under its current AMP setting."""
+        out = {}
+        for worker, history in self.reports.items():
+            recent = [r for r in history if r.amp == amp_state.get(worker, False) and r.batch_size > 0][-window:]
+            silent = now_s - self.last_seen_s.get(worker, now_s)
+            if not recent:
+                out[worker] = WorkerSummary(1.0, 0.0, 1, 0, 0, silent)
+                continue
+            out[worker] = WorkerSummary(
+                per_sample_s=statistics.median(r.compute_s / r.batch_size for r in recent),
+                comm_s=2 * statistics.median(r.push_s for r in recent),
+                batch_size=recent[-1].batch_size,
+                amp_reports=sum(1 for r in recent if r.amp),
+                reports=len(recent),
+                silent_s=silent,
+            )
+        return out
+
+    def compute_vs_comm(self) -> dict[str, float | None]:
+        """Median compute and communication seconds per iteration over the recent reports.
+
+        Communication = push + pull of the same bytes, estimated as 2 x push: a pull's
+        time also includes blocking on other workers, which is not communication.
+        """
+        reports = [r for history in self.reports.values() for r in history]
+        if not reports:
+            return {"compute_s_median": None, "comm_s_median": None, "compute_to_comm": None}
+        compute = statistics.median(r.compute_s for r in reports)
+        comm = 2 * statistics.median(r.push_s for r in reports)
+        return {
+            "compute_s_median": round(compute, 5),
+            "comm_s_median": round(comm, 5),
+            "compute_to_comm": round(compute / comm, 2) if comm > 0 else None,
+        }
+
+    def max_iteration(self) -> int:
+        return max((h[-1].iteration for h in self.reports.values() if h), default=0)
+
+    def total_iterations(self) -> int:
+        return sum(h[-1].iteration for h in self.reports.values() if h)
+
+
+class Rate:
+    """Iterations per second between two calls."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, int] | None = None
+        self.value = 0.0
+
+    def update(self, now_s: float, total: int) -> float:
+        if self._last is not None and now_s > self._last[0]:
+            self.value = max(0.0, (total - self._last[1]) / (now_s - self._last[0]))
+        self._last = (now_s, total)
+        return self.value
