@@ -249,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from star.launch import die_with_parent
+    from star.processes import die_with_parent
 
     die_with_parent()
     parser = build_parser()

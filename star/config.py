@@ -15,21 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from star.errors import ConfigError
 from star.placement import PlacementConfig
 from star.plan import PlanError, SyncPlan, parse_groups, plan_for_mode
 from star.policy.controller import STRATEGIES, ControlConfig, initial_mode
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 NONFINITE_POLICIES = ("reject", "skip")
-
-
-class ConfigError(ValueError):
-    """A config value is invalid; `field` is its dotted name."""
-
-    def __init__(self, field_name: str, value: Any, reason: str):
-        super().__init__(f"{field_name}={value!r}: {reason}")
-        self.field = field_name
-        self.value = value
 
 
 def _require(condition: bool, field_name: str, value: Any, reason: str) -> None:

@@ -8,168 +8,25 @@ no process outlives a job.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import json
 import os
 import secrets
 import signal
-import subprocess
-import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import grpc
 
 from star.config import JobConfig, to_toml
+from star.node_agent import NodeAgent
+from star.processes import Child, LaunchError, ProcessGroup, _tail, _wait_ready  # noqa: F401 (ProcessGroup, _wait_ready re-exported for tests and benchmarks)
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CONTROL_CHANNEL_OPTIONS, address
 from star.rpc.security import TOKEN_ENV, Credentials
-
-
-class LaunchError(RuntimeError):
-    """The job could not run to its end (a child crashed, a daemon never came up)."""
-
-
-PARENT_PID_ENV = "STAR_PARENT_PID"
-
-
-def die_with_parent() -> None:
-    """Called first thing in every child: get SIGTERM when the launcher dies, even by SIGKILL.
-
-    Done in the child (not as a Popen preexec_fn, which runs Python between fork and
-    exec and can hang when the parent has gRPC threads).
-    """
-    parent = os.environ.get(PARENT_PID_ENV)
-    if not parent:
-        return
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        return
-    if os.getppid() != int(parent):  # the launcher died before prctl took effect
-        os._exit(143)
-
-
-@dataclass
-class Child:
-    name: str
-    process: subprocess.Popen
-    log_path: Path
-    restart_args: list[str] | None = None  # how to start it again after a crash; None = a crash ends the job
-    restarts: int = 0
-    critical: bool = True  # False: its crash is its owner's business (e.g. a PS taking a shard over), not the job's
-
-
-class ProcessGroup:
-    """The job's children; stopped in reverse start order (workers, coordinator, PSs)."""
-
-    def __init__(self, log_dir: Path, env: dict[str, str] | None = None):
-        """`env` is added to every child's environment: how secrets (the job token) reach children, never argv."""
-        self.log_dir = log_dir
-        self.extra_env = dict(env or {})
-        self.children: list[Child] = []
-        self.lock = threading.RLock()  # the launcher's monitor and a node agent both start and stop children
-
-    def spawn(self, name: str, args: list[str], log_mode: str = "w") -> Child:
-        log_path = self.log_dir / f"{name}.log"
-        handle = open(log_path, log_mode)
-        env = dict(
-            os.environ,
-            PYTHONUNBUFFERED="1",
-            OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-            **{PARENT_PID_ENV: str(os.getpid())},
-            **self.extra_env,
-        )
-        process = subprocess.Popen(
-            [sys.executable, "-m", "star.cli", *args],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-        handle.close()
-        child = Child(name, process, log_path)
-        with self.lock:
-            self.children.append(child)
-        return child
-
-    def restart(self, child: Child) -> Child:
-        """Start a crashed child again with its restart_args, appending to its log."""
-        assert child.restart_args is not None
-        with open(child.log_path, "a") as handle:
-            handle.write(f"\n--- restarted by star launch after exit code {child.process.returncode} ---\n")
-        with self.lock:
-            fresh = self.spawn(child.name, child.restart_args, log_mode="a")
-            self.children.remove(fresh)
-            fresh.restart_args, fresh.restarts = child.restart_args, child.restarts + 1
-            self.children[self.children.index(child)] = fresh
-        return fresh
-
-    def crashed(self) -> Child | None:
-        with self.lock:
-            for child in self.children:
-                code = child.process.poll()
-                if code is not None and code != 0 and child.critical:
-                    return child
-        return None
-
-    def live_workers(self) -> int:
-        with self.lock:
-            return sum(1 for c in self.children if c.name.startswith("worker") and c.process.poll() is None)
-
-    def stop_child(self, child: Child, grace_s: float = 5.0) -> int:
-        """Stop one child on purpose (SIGTERM, then SIGKILL) and forget it; returns its exit code."""
-        with self.lock:
-            if child in self.children:
-                self.children.remove(child)
-        if child.process.poll() is None:
-            child.process.send_signal(signal.SIGTERM)
-            try:
-                child.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                child.process.kill()
-        return child.process.wait()
-
-    def shutdown(self, grace_s: float = 5.0, ps_grace_s: float = 40.0) -> None:
-        """SIGTERM workers, then the coordinator, then PSs (which write a final checkpoint, so they get
-        `ps_grace_s`: longer than a checkpoint write may wait for the one before it); SIGKILL stragglers."""
-        for group, wait_s in (("worker", grace_s), ("coordinator", grace_s), ("ps", ps_grace_s)):
-            with self.lock:
-                members = [c for c in self.children if c.name.startswith(group)]
-            for child in members:
-                if child.process.poll() is None:
-                    child.process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + wait_s
-            for child in members:
-                try:
-                    child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    child.process.kill()
-                    child.process.wait()
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def _wait_ready(group: ProcessGroup, child: Child, ready_file: Path, timeout_s: float) -> int:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if ready_file.exists():
-            return int(json.loads(ready_file.read_text())["port"])
-        code = child.process.poll()
-        if code is not None:
-            raise LaunchError(f"{child.name} exited with code {code} before serving:\n{_tail(child.log_path)}")
-        time.sleep(0.05)
-    raise LaunchError(f"{child.name} did not start serving within {timeout_s:.0f} s; see {child.log_path}")
 
 
 def _flag_args(prefix: str, values: dict) -> list[str]:
@@ -245,7 +102,6 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     if in_main_thread:  # Ctrl-C and SIGTERM to the launcher shut the job down
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-    from star.node_agent import NodeAgent  # it imports this module
 
     agent: NodeAgent | None = None
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 import grpc
 
-from star.launch import Child, ProcessGroup
+from star.processes import Child, ProcessGroup
 from star.logs import log
 from star.resources import ResourceSampler
 from star.rpc import star_pb2_grpc as pb_grpc

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from star.errors import ConfigError
 from star.resources import HostSample
 
 STRATEGIES = ("headroom", "round_robin")
@@ -50,8 +51,6 @@ class PlacementConfig:
     move_cooldown_s: float = 60.0  # at most one move per this many seconds
 
     def __post_init__(self) -> None:
-        from star.config import ConfigError  # star.config imports this module: import when needed
-
         if self.strategy not in STRATEGIES:
             raise ConfigError("placement.strategy", self.strategy, f"one of {', '.join(STRATEGIES)}")
         for name in ("saturated_util", "heavy_colocated_cpu", "move_margin", "tie_util"):

@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
+from star.errors import ConfigError
 from star.detect import DetectorConfig, StragglerDetector
 from star.plan import SyncPlan, exclude, ssgd, with_epoch, with_pace, with_tree
 from star.policy.amp import AmpConfig, AmpPolicy
@@ -52,8 +53,6 @@ class ControlConfig:
 
     def __post_init__(self) -> None:
         if self.selector_kind not in SELECTOR_KINDS:
-            from star.config import ConfigError  # star.config imports this module: import when needed
-
             raise ConfigError("control.selector_kind", self.selector_kind, f"one of {', '.join(SELECTOR_KINDS)}")
 
 

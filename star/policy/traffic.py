@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from star.errors import ConfigError
 from star.placement import HostState
 
 
@@ -49,8 +50,6 @@ class TrafficConfig:
     tree_fanout: int = 2  # relief = tree: workers per tree (a parent and fanout-1 children)
 
     def __post_init__(self) -> None:
-        from star.config import ConfigError  # star.config imports the controller, which imports this module
-
         for name in ("max_util", "pace_above_util", "pace_target_util", "pace_release_util"):
             value = getattr(self, name)
             if not 0 < value <= 1:

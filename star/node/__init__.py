@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -157,14 +156,3 @@ def _wait_for_peers(store: Store, nodes: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and not all(store.has(f"done/{r}") for r in range(nodes)):
         time.sleep(0.2)
-
-
-def main() -> int:
-    """`python -m star.node ...` (what torchrun runs) is `star node ...`."""
-    from star.cli import main as cli_main
-
-    return cli_main(["node", *sys.argv[1:]])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
