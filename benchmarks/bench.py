@@ -476,8 +476,14 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
+    from star.cli_checks import check_task, check_trace
+
     try:
         config = config_from_args(args)
+        check_task("task", config.task)
+        for path in config.traces:  # checked before any run starts
+            if not path.startswith("synthetic"):
+                check_trace("traces", path)
         rows = run_bench(config)
     except ValueError as exc:
         print(f"star bench: {exc}", file=sys.stderr)

@@ -35,9 +35,14 @@ def _job_parser(sub, name: str, help_text: str, handler) -> None:
 
 def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
     """The job a `star launch` / `star node` command line describes, and its progress printer."""
+    from star.cli_checks import check_task, check_trace
+
     base = load_toml(args.config) if args.config else {}
     progress = None if args.quiet else (lambda line: print(line, flush=True))
-    return config_from_args(JobConfig, args, base), progress
+    config = config_from_args(JobConfig, args, base)
+    check_task("task", config.task)
+    check_trace("trace.path", config.trace.path)
+    return config, progress
 
 
 def _run_launch(args: argparse.Namespace) -> int:
@@ -116,7 +121,11 @@ def _run_worker(args: argparse.Namespace) -> int:
     from star.logs import setup_logging
     from worker.worker import WorkerConfig, run_worker
 
+    from star.cli_checks import check_task, check_trace
+
     config = config_from_args(WorkerConfig, args)
+    check_task("task", config.task)
+    check_trace("trace_path", config.trace_path)
     setup_logging(f"worker{config.worker_id}")
     return run_worker(config)
 
@@ -134,7 +143,10 @@ def _run_coordinator(args: argparse.Namespace) -> int:
     from star.coordinator import CoordinatorConfig, run_coordinator
     from star.logs import setup_logging
 
+    from star.cli_checks import check_task
+
     config = config_from_args(CoordinatorConfig, args)
+    check_task("task", config.task)
     setup_logging("coordinator")
     return run_coordinator(config, args.ready_file)
 
@@ -166,7 +178,10 @@ def _run_sim(args: argparse.Namespace) -> int:
     from star.sim.run import run_and_write
 
     base = load_toml(args.config) if args.config else {}
+    from star.cli_checks import check_trace
+
     config = sim_config(merge(base, given_flags(args, SimConfig)))  # a calibration file goes under both
+    check_trace("trace_path", config.trace_path)
     result = run_and_write(config).result
     keys = ("mode", "workers", "reached", "tta_s", "final_metric", "iterations", "updates", "straggler_detections",
             "plan_switches", "amp_toggles", "sim_s", "wall_s")
@@ -186,8 +201,10 @@ def _calibrate_parser(sub) -> None:
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
+    from star.cli_checks import check_task
     from star.sim.calibrate import run_calibration
 
+    check_task("task", args.task)
     tables = run_calibration(args.task, args.out, args.workers, args.ps, args.seed, args.max_time_s,
                              progress=lambda line: print(line, flush=True))
     print(json.dumps(tables))
@@ -258,6 +275,13 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except ConfigError as exc:
         print(f"star {args.command}: bad config: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        from star.cli_checks import USER_ERRORS, describe_user_error
+
+        if not isinstance(exc, USER_ERRORS):
+            raise  # a bug: its traceback is what a report needs
+        print(f"star {args.command}: error: {describe_user_error(exc)}", file=sys.stderr)
         return 2
 
 

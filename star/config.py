@@ -7,6 +7,7 @@ field's dotted name (`plan.k`, `optimizer.lr`), before any process is spawned.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import tomllib
 import types
@@ -363,6 +364,12 @@ def dotted_to_nested(flat: dict[str, Any]) -> dict[str, Any]:
 
 def field_docs(cls: type) -> dict[str, str]:
     """Field name -> the trailing comment that documents it in this file (for --help)."""
+    return dict(_field_docs(cls))
+
+
+@functools.lru_cache(maxsize=None)
+def _field_docs(cls: type) -> dict[str, str]:
+    """Read once per class: parsing the source is most of what building the `star` parser costs."""
     import inspect
 
     docs: dict[str, str] = {}

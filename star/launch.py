@@ -95,6 +95,8 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     stop_requested = threading.Event()
 
     def on_signal(signum, frame):
+        if stop_requested.is_set():
+            return  # already stopping: a second Ctrl-C must not break the shutdown with a traceback
         stop_requested.set()  # also seen by the monitor loop, should the exception be swallowed on its way up
         raise KeyboardInterrupt
 

@@ -1,0 +1,47 @@
+"""Boundary checks for `star` commands: a user's mistake becomes one line naming the flag and value.
+
+Anything a command line names that must exist or parse (a task, a trace file) is checked
+here before any process starts, so `star launch --task nope` fails in a second with exit
+code 2 instead of a traceback from a child. `USER_ERRORS` are the exceptions `star.cli.main`
+reports as one line (exit 2) should one escape a handler anyway.
+"""
+
+from __future__ import annotations
+
+from star.checkpoint import CheckpointError
+from star.config import ConfigError
+from star.tasks.registry import TaskSpecError
+from star.traces import TraceError
+
+# Expected failures caused by what the user gave; any other exception is a bug and keeps its traceback.
+USER_ERRORS = (ConfigError, TaskSpecError, TraceError, CheckpointError, FileNotFoundError, NotADirectoryError,
+               IsADirectoryError, PermissionError)
+
+
+def describe_user_error(exc: BaseException) -> str:
+    """One line for an expected failure: its message, with the OS's wording for file errors."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def check_task(field_name: str, spec: str) -> None:
+    """The task must load (a built-in name or an importable 'package.module:function')."""
+    from star.tasks import get_task
+
+    try:
+        get_task(spec)
+    except (TaskSpecError, ImportError) as exc:
+        raise ConfigError(field_name, spec, describe_user_error(exc)) from None
+
+
+def check_trace(field_name: str, path: str | None) -> None:
+    """A trace file, when given, must exist and be a trace in one of the known formats."""
+    if not path:
+        return
+    from star.traces import load_trace
+
+    try:
+        load_trace(path)
+    except (TraceError, OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(field_name, path, describe_user_error(exc)) from None

@@ -1,0 +1,101 @@
+"""Every `star` subcommand answers bad input with one line naming the flag and value, exit code 2, no traceback.
+
+The subcommands are read from the parser, so a subcommand added later is covered by the
+same bad inputs (each tried where the subcommand has that flag).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+
+import pytest
+
+from star.cli import build_parser, main
+
+RUNAWAY_S = 60  # a bad input must be refused before any work starts; this bounds a case that is not
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def _cases(tmp_path) -> list[tuple[str, list[str], str]]:
+    """(subcommand, argv, text the error line must contain) for every bad input a subcommand takes."""
+    bad_csv = tmp_path / "bad.csv"
+    bad_csv.write_text("a,b,c\n1,2,3\n")
+    missing = str(tmp_path / "missing.csv")
+    bad_inputs = [
+        ("--task", "nope"),
+        ("--trace", missing),
+        ("--trace", str(bad_csv)),
+        ("--trace-path", missing),
+        ("--traces", missing),
+        ("--traces", str(bad_csv)),
+        ("--config", str(tmp_path / "missing.toml")),
+        ("--seed", "nope"),
+        ("--workers", "0"),
+    ]
+    cases = []
+    for name, parser in _subcommands().items():
+        flags = _flags(parser)
+        required = []  # other required flags, set to harmless values
+        for action in parser._actions:
+            if action.required and action.option_strings:
+                required += [action.option_strings[0], str(tmp_path / "out") if action.dest == "out" else "synthetic"]
+        cases.append((name, [name, "--no-such-flag", *required], "--no-such-flag"))
+        for flag, value in bad_inputs:
+            if flag in flags:
+                argv = [name, *required, flag, value] if flag not in required else [name, *_without(required, flag), flag, value]
+                cases.append((name, argv, value))
+    return cases
+
+
+def _without(args: list[str], flag: str) -> list[str]:
+    i = args.index(flag)
+    return args[:i] + args[i + 2:]
+
+
+def _timeout(signum, frame):
+    raise TimeoutError("the bad input was not refused before work started")
+
+
+def test_every_subcommand_refuses_bad_input_in_one_line_with_exit_code_2_and_no_traceback(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("STAR_PARENT_PID", raising=False)
+    cases = _cases(tmp_path)
+    assert {c[0] for c in cases} >= {"launch", "node", "sim", "bench", "worker", "coordinator", "ps"}
+    assert sum(1 for c in cases if c[0] == "launch") >= 6  # --task, --trace x2, --config, --seed, --workers
+    previous = signal.signal(signal.SIGALRM, _timeout)
+    failures = []
+    try:
+        for name, argv, named in cases:
+            signal.alarm(RUNAWAY_S)
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # argparse's own errors
+                code = exc.code
+            finally:
+                signal.alarm(0)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # star node installs its own
+            out, err = capsys.readouterr()
+            lines = [line for line in err.splitlines() if line.strip()]
+            if code != 2 or "Traceback" in out + err or not lines or named not in lines[-1]:
+                failures.append(f"star {' '.join(argv)} -> exit {code}, stderr: {err.strip()[-300:]!r}")
+            elif not lines[-1].startswith("usage") and not lines[0].startswith("usage") and len(lines) != 1:
+                failures.append(f"star {' '.join(argv)} -> {len(lines)} lines on stderr: {err!r}")
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("argv", [["launch", "--task", "digits", "--trace"], ["sim", "--trace"]])
+def test_a_missing_trace_file_is_named_with_its_flag(tmp_path, capsys, argv):
+    missing = str(tmp_path / "missing.csv")
+    assert main([*argv, missing, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "trace" in err and missing in err and "no such file" in err.lower(), err
