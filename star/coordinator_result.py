@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from star.coordinator import Coordinator
-    from star.evaluator import EvalPoint
+from star.evaluator import EvalPoint
 
 
-def result_dict(coordinator: "Coordinator", points: list["EvalPoint"], stats: list) -> dict:
-    """The job's result: outcome, PS counters, policy activity and faults."""
+def result_dict(coordinator, points: list[EvalPoint], stats: list) -> dict:
+    """The job's result: outcome, PS counters, policy activity and faults (`coordinator`: a star.coordinator.Coordinator)."""
     config, service, events = coordinator.config, coordinator.service, coordinator.events
     return {
         "task": config.task,
