@@ -10,10 +10,11 @@ import sys
 
 from star.cli_args import add_config_args, config_from_args
 from star.config import ConfigError, JobConfig, load_toml
+from star.ddp_rules import DDP_MODE
 
 # Short flags of the launch contract, as aliases of the dotted config fields.
 LAUNCH_ALIASES = {
-    "--mode": ("plan.mode", "strategy: ssgd | asgd | kofn | grouped | ssp (fixed plans) | exclude | amp | batch | auto"),
+    "--mode": ("plan.mode", "strategy: ssgd | asgd | kofn | grouped | ssp (fixed plans) | exclude | amp | batch | auto | ddp (PyTorch DDP baseline)"),
     "--k": ("plan.k", "k-of-N quorum (default N-1)"),
     "--groups": ("plan.groups", "grouped mode, e.g. '0,1;2,3' (default two halves)"),
     "--staleness": ("plan.staleness", "SSP staleness bound (default 2)"),
@@ -35,9 +36,15 @@ def _job_parser(sub, name: str, help_text: str, handler) -> None:
 
 def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
     """The job a `star launch` / `star node` command line describes, and its progress printer."""
+    from star.cli_args import given_flags
     from star.cli_checks import check_task, check_trace
+    from star.config import merge
+    from star.ddp_rules import ddp_refusal
 
     base = load_toml(args.config) if args.config else {}
+    refusal = ddp_refusal(merge(base, given_flags(args, JobConfig)))  # an option given at its default value counts too
+    if refusal is not None:
+        raise ConfigError(*refusal)
     progress = None if args.quiet else (lambda line: print(line, flush=True))
     config = config_from_args(JobConfig, args, base)
     check_task("task", config.task)
@@ -70,6 +77,8 @@ def _run_node(args: argparse.Namespace) -> int:
     from star.node import NodeError, run_node
 
     config, progress = _job_config(args)
+    if config.plan.mode == DDP_MODE:
+        raise ConfigError("plan.mode", DDP_MODE, "star node does not run the DDP baseline; start `torchrun -m star.ddp_rank` instead")
 
     def on_sigterm(signum, frame):  # torchrun and srun stop their tasks with SIGTERM: shut the children down cleanly
         raise KeyboardInterrupt

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from star.ddp_rules import DDP_MODE, ddp_refusal
 from star.errors import ConfigError
 from star.placement import PlacementConfig
 from star.plan import PlanError, SyncPlan, parse_groups, plan_for_mode
@@ -73,7 +74,7 @@ class OptimizerConfig:
 class PlanConfig:
     """The synchronisation mode a job starts in (see star.plan)."""
 
-    mode: str = "ssgd"  # strategy: ssgd | asgd | kofn | grouped | ssp (fixed plans) | exclude | amp | batch | auto
+    mode: str = "ssgd"  # strategy: ssgd | asgd | kofn | grouped | ssp (fixed plans) | exclude | amp | batch | auto | ddp (PyTorch DDP baseline, no PSs)
     k: int | None = None  # k-of-N quorum; default N-1
     groups: str | None = None  # grouped mode: "0,1;2,3"; default two halves
     staleness: int = 2  # SSP staleness bound (pushes ahead of the slowest)
@@ -81,7 +82,7 @@ class PlanConfig:
     tree_fanout: int | None = None  # tree aggregation from the start: parents sum this many workers' gradients (full-sync groups)
 
     def __post_init__(self) -> None:
-        _require(self.mode in STRATEGIES, "plan.mode", self.mode, f"one of {', '.join(STRATEGIES)}")
+        _require(self.mode in STRATEGIES + (DDP_MODE,), "plan.mode", self.mode, f"one of {', '.join(STRATEGIES + (DDP_MODE,))}")
         _require(self.k is None or self.k >= 1, "plan.k", self.k, "must be >= 1")
         _require(self.staleness >= 0, "plan.staleness", self.staleness, "must be >= 0")
         _require(self.late_policy in ("apply", "drop"), "plan.late_policy", self.late_policy, "apply | drop")
@@ -95,6 +96,7 @@ class PlanConfig:
     def build(self, num_workers: int, epoch: int = 1) -> SyncPlan:
         from star.plan import LatePolicy
 
+        _require(self.mode != DDP_MODE, "plan.mode", self.mode, "the DDP baseline has no sync plan; only `star launch` runs it")
         try:
             plan = plan_for_mode(
                 initial_mode(self.mode), num_workers, k=self.k, groups=self.groups, staleness=self.staleness, epoch=epoch
@@ -237,9 +239,14 @@ class JobConfig:
         _require(self.eval_period_s > 0, "eval_period_s", self.eval_period_s, "must be > 0")
         _require(self.threads_per_process >= 1, "threads_per_process", self.threads_per_process, "must be >= 1")
         _require(self.nonfinite in NONFINITE_POLICIES, "nonfinite", self.nonfinite, f"one of {NONFINITE_POLICIES}")
-        if self.plan.k is not None:
-            _require(self.plan.k <= self.workers, "plan.k", self.plan.k, f"must be <= workers ({self.workers})")
-        self.plan.build(self.workers)  # fails early on groups that do not match the workers
+        if self.plan.mode == DDP_MODE:
+            refusal = ddp_refusal(non_defaults(self))
+            if refusal is not None:
+                raise ConfigError(*refusal)
+        else:
+            if self.plan.k is not None:
+                _require(self.plan.k <= self.workers, "plan.k", self.plan.k, f"must be <= workers ({self.workers})")
+            self.plan.build(self.workers)  # fails early on groups that do not match the workers
         if self.resume is not None:
             _require(Path(self.resume).is_dir(), "resume", self.resume, "no such directory")
         # The job's own daemons are each other's TLS clients: they need the CA that signed the certificate.
@@ -297,6 +304,22 @@ def _base_types(hint: Any) -> tuple[type, ...]:
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         return tuple(typing.get_args(hint))
     return (hint,)
+
+
+def non_defaults(config: Any) -> dict[str, Any]:
+    """The fields of a (nested) config dataclass that differ from their defaults, as a nested dict."""
+    changed: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            inner = non_defaults(value)
+            if inner:
+                changed[f.name] = inner
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if value != default:
+            changed[f.name] = value
+    return changed
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Callable
 import grpc
 
 from star.config import JobConfig, to_toml
+from star.ddp_rules import DDP_MODE
 from star.node_agent import NodeAgent
 from star.processes import Child, LaunchError, ProcessGroup, _tail, _wait_ready  # noqa: F401 (ProcessGroup, _wait_ready re-exported for tests and benchmarks)
 from star.rpc import star_pb2 as pb
@@ -77,6 +78,10 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     """Run the job to its end and return result.json's content."""
     from star.tasks import get_task
 
+    if config.plan.mode == DDP_MODE:
+        from star.ddp import launch_ddp
+
+        return launch_ddp(config, progress)
     task = get_task(config.task)
     optimizer = config.optimizer.resolved(task.default_optimizer, task.default_lr, task.default_momentum)
     out = Path(config.out)

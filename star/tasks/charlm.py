@@ -73,9 +73,9 @@ def split_point(num_tokens: int) -> int:
     return int(num_tokens * (1 - HELDOUT_FRACTION))
 
 
-def eval_starts(tokens_len: int, count: int = EVAL_WINDOWS) -> torch.Tensor:
+def eval_starts(tokens_len: int, count: int = EVAL_WINDOWS, context: int = CONTEXT) -> torch.Tensor:
     """A fixed, evenly spread subset of held-out windows, so evaluate stays fast."""
-    starts = window_starts(split_point(tokens_len), tokens_len)
+    starts = window_starts(split_point(tokens_len), tokens_len, context)
     if len(starts) <= count:
         return starts
     picks = torch.linspace(0, len(starts) - 1, count).round().long()

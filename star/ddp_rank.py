@@ -1,0 +1,223 @@
+"""One rank of the DDP baseline: torch.nn.parallel.DistributedDataParallel over the same job as STAR.
+
+Started by `star launch --mode ddp` (star.ddp) with torchrun's environment variables
+(MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), or by
+torchrun itself: `torchrun --nproc-per-node N -m star.ddp_rank --config OUT/config.toml`.
+It trains what a STAR worker would: the same task, seed, per-rank data shard and batch,
+the same optimizer (what a PS would run) and the same trace replay. Rank 0 also plays
+the coordinator's part: it evaluates snapshots of the parameters on a background thread
+(as the coordinator's evaluator does, beside the training), decides when the job is done
+(target reached or max_time_s), and writes curve.csv, events.jsonl and result.json.
+
+Trace replay: a STAR worker sleeps (factor - 1) x its compute time after computing. Here
+the backward pass contains the all-reduce (it waits for the other ranks), so compute is
+estimated as 3 x the forward time (backward ~ 2 x forward), and the sleep comes between
+forward and backward, where it holds up everyone's all-reduce as a slow GPU would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from star.config import JobConfig, from_dict, load_toml
+from star.ddp_rules import DDP_MODE
+from star.evaluator import CurveWriter, EvalPoint, time_to_target
+from star.events import EventLog
+from star.optim import build_optimizer
+from star.processes import die_with_parent
+from star.tasks import BatchStream, Task, get_task
+from star.traces import load_worker_slowdown, slowdown_sleep_s
+
+BACKWARD_TO_FORWARD = 2.0  # backward ~ 2 x forward: compute ~ 3 x forward, for trace replay
+
+
+class Evaluations:
+    """Rank 0's evaluator: evaluates the latest parameter snapshot every eval_period_s, off the training thread."""
+
+    def __init__(self, task: Task, model: torch.nn.Module, config: JobConfig, target: float, out: Path, events: EventLog):
+        self.task, self.config, self.target, self.events = task, config, target, events
+        self.model = copy.deepcopy(model)
+        self.curve = CurveWriter(out / "curve.csv")
+        self.lock = threading.Lock()
+        self.snapshot: tuple[float, int, list[torch.Tensor]] | None = None
+        self.tta_s: float | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="evaluator", daemon=True)
+
+    def offer(self, time_s: float, version: int, model: torch.nn.Module) -> None:
+        """Called after a step: keep a copy of the parameters if the evaluator will want one."""
+        with self.lock:
+            if self.snapshot is None:
+                self.snapshot = (time_s, version, [p.detach().clone() for p in model.parameters()])
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            with self.lock:
+                taken, self.snapshot = self.snapshot, None
+            if taken is None:
+                self.stop.wait(0.05)
+                continue
+            started = time.monotonic()
+            time_s, version, params = taken
+            with torch.no_grad():
+                for mine, theirs in zip(self.model.parameters(), params):
+                    mine.copy_(theirs)
+                metric = float(self.task.evaluate(self.model))
+            point = EvalPoint(time_s, version, metric)
+            self.curve.add(point)
+            self.events.emit("evaluation", time_s=round(time_s, 4), version=version, metric=metric)
+            if self.tta_s is None and time_to_target([point], self.target, self.task.higher_is_better) is not None:
+                self.tta_s = time_s
+                self.events.emit("target_reached", tta_s=round(time_s, 4), metric=metric, version=version)
+            self.stop.wait(max(0.0, self.config.eval_period_s - (time.monotonic() - started)))
+
+    @property
+    def points(self) -> list[EvalPoint]:
+        return self.curve.points
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.curve.close()
+
+
+def rendezvous_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's variables; a missing one names itself."""
+    values = []
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        raw = os.environ.get(name)
+        if raw is None or not raw.isdigit():
+            raise SystemExit(f"star ddp rank: environment variable {name}={raw!r}: must be set to an integer (torchrun sets it)")
+        values.append(int(raw))
+    return values[0], values[1], values[2]
+
+
+def train(config: JobConfig, device: torch.device, amp: bool) -> None:
+    rank, world, _ = rendezvous_env()
+    if world != config.workers:
+        raise SystemExit(f"star ddp rank: WORLD_SIZE={world} but workers={config.workers}")
+    torch.set_num_threads(config.threads_per_process)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
+    try:
+        _train(config, rank, world, device, amp)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(config: JobConfig, rank: int, world: int, device: torch.device, amp: bool) -> None:
+    task = get_task(config.task)
+    optimizer_config = config.optimizer.resolved(task.default_optimizer, task.default_lr, task.default_momentum)
+    model = task.build_model(config.seed).to(device)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = build_optimizer(optimizer_config, ddp.parameters())
+    batch_size = config.batch_size or task.default_batch_size
+    batches = BatchStream(task.train, rank, world, seed=config.seed)
+    trace = config.trace
+    slowdown = load_worker_slowdown(trace.path, rank, world, trace.workers, trace.stretch) if trace.path else None
+    autocast_dtype = torch.bfloat16 if device.type == "cpu" else torch.float16
+    scaler = torch.amp.GradScaler("cuda") if amp and device.type == "cuda" else None
+    out = Path(config.out)
+    target = config.target if config.target is not None else task.default_target
+    events = EventLog(out / "events.jsonl") if rank == 0 else None
+    evaluations = Evaluations(task, model, config, target, out, events) if rank == 0 else None
+    if events is not None:
+        events.emit("ddp_start", workers=world, task=config.task, backend=dist.get_backend(), device=str(device), amp=amp)
+        evaluations.thread.start()
+    step_s: list[float] = []
+    first_step_end: float | None = None
+    reason, iteration, started = "max_time", 0, time.monotonic()
+    decision = torch.zeros(1, device=device)
+    while True:
+        t0 = time.monotonic()
+        inputs, targets = (t.to(device) for t in batches.next_batch(batch_size))
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=amp):
+            loss = task.loss_fn(ddp(inputs), targets)
+        forward_s = time.monotonic() - t0
+        factor = slowdown.factor_at(iteration) if slowdown else 1.0
+        time.sleep(slowdown_sleep_s(forward_s * (1 + BACKWARD_TO_FORWARD), factor))
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        iteration += 1
+        now = time.monotonic()
+        step_s.append(now - t0)
+        first_step_end = first_step_end if first_step_end is not None else now
+        if rank == 0:
+            evaluations.offer(now - first_step_end, iteration, model)
+            done = evaluations.tta_s is not None and config.stop_at_target
+            reason = "target" if done else reason
+            decision.fill_(1.0 if done or now - started >= config.max_time_s else 0.0)
+        else:
+            decision.zero_()
+        dist.all_reduce(decision)  # everyone stops at the same step, as rank 0 decides
+        if decision.item() > 0:
+            break
+    if rank == 0:
+        evaluations.offer(time.monotonic() - first_step_end, iteration, model)
+        time.sleep(0.1)  # let the evaluator take the final snapshot before it stops
+        evaluations.finish()
+        events.emit("job_done", reason=reason)
+        write_result(config, task, target, evaluations, iteration, step_s, reason, events)
+        events.close()
+
+
+def write_result(config: JobConfig, task: Task, target: float, evaluations: Evaluations, iterations: int,
+                 step_s: list[float], reason: str, events: EventLog) -> None:
+    """result.json with the keys a STAR run writes (PS-only ones empty), so reports treat ddp as a strategy."""
+    points = evaluations.points
+    result = {
+        "task": config.task, "mode": DDP_MODE, "workers": config.workers, "ps": 0,
+        "metric": task.metric_name, "target": target,
+        "reached": evaluations.tta_s is not None, "tta_s": evaluations.tta_s,
+        "final_metric": points[-1].metric if points else None,
+        "best_metric": (max if task.higher_is_better else min)(p.metric for p in points) if points else None,
+        "iterations": iterations, "updates": iterations,
+        "train_s": points[-1].time_s if points else 0.0, "reason": reason, "evaluations": len(points),
+        "s_per_iter_median": round(statistics.median(step_s), 5) if step_s else None,
+        "ps_stats": [], "reports_ignored": {},
+        "compute_s_median": None, "comm_s_median": None, "compute_to_comm": None,
+        "straggler_detections": 0, "plan_switches": 0, "amp_toggles": 0, "final_plan": DDP_MODE,
+        "faults": {"workers_lost": 0, "workers_restarted": 0, "workers_rejoined": 0, "ps_restored": 0, "updates_lost": 0},
+    }
+    out = Path(config.out)
+    tmp = out / "result.json.tmp"
+    tmp.write_text(json.dumps(result, indent=2))
+    os.replace(tmp, out / "result.json")
+    events.emit("result_written", reached=result["reached"], tta_s=result["tta_s"], updates=iterations)
+
+
+def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
+    parser = argparse.ArgumentParser(prog="python -m star.ddp_rank", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="the job's TOML (star launch writes OUT/config.toml)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: NCCL and this rank's LOCAL_RANK GPU")
+    parser.add_argument("--amp", action="store_true", help="autocast: bf16 on CPU, fp16 with GradScaler on CUDA")
+    args = parser.parse_args(argv)
+    config = from_dict(JobConfig, load_toml(args.config))
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    train(config, device, args.amp)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
