@@ -1,0 +1,57 @@
+"""benchmarks.ddp_vs_star: paired, interleaved runs and a last-line JSON of the goal figures (fake runs, no processes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks import ddp_vs_star
+from star.config import JobConfig
+
+STEP_S = {"ddp": 0.5, "ssgd": 0.55, "auto": 0.6}  # seconds per version each fake run's curve shows
+TTA_S = {("ddp", False): 10.0, ("ssgd", False): 11.0, ("ddp", True): 30.0, ("ssgd", True): 31.0, ("auto", True): 15.0}
+
+
+def fake_run(calls: list[JobConfig]):
+    def run(config: JobConfig) -> dict:
+        calls.append(config)
+        out = Path(config.out)
+        out.mkdir(parents=True, exist_ok=True)
+        step = STEP_S[config.plan.mode]
+        rows = "".join(f"{v * step:.4f},{v},0.5\n" for v in range(1, 11))
+        (out / "curve.csv").write_text("time_s,version,metric\n" + rows)
+        tta = TTA_S[(config.plan.mode, config.trace.path is not None)] + config.seed
+        return {"reached": True, "tta_s": tta, "final_metric": 0.5, "updates": 10}
+    return run
+
+
+def test_json_line_has_the_goal_figures_from_paired_interleaved_runs(tmp_path, capsys):
+    calls: list[JobConfig] = []
+    code = ddp_vs_star.main(["--task", "gpt", "--preset", "1m", "--workers", "2", "--ps", "1", "--repeats", "3",
+                             "--out", str(tmp_path)], run=fake_run(calls))
+    assert code == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["task"] == "gpt-1m" and figures["trace"] == "mid3x" and figures["workers"] == 2
+    assert abs(figures["ddp_clean_s_per_iter"] - 0.5) < 1e-3 and abs(figures["star_clean_s_per_iter"] - 0.55) < 1e-3
+    assert figures["ddp_tta_s"] == 31.0 and figures["star_auto_tta_s"] == 16.0  # medians over seeds 0, 1, 2
+    assert figures["star_vs_ddp_clean_s_per_iter"] == 1.1 and figures["star_auto_vs_ddp_tta"] == round(16 / 31, 3)
+    # Interleaved: every repeat runs all five rows before the next seed; a repeat's rows share its seed.
+    assert [c.seed for c in calls] == [0] * 5 + [1] * 5 + [2] * 5
+    assert [c.plan.mode for c in calls[:5]] == ["ddp", "ssgd", "ddp", "ssgd", "auto"]
+    assert all(c.ps == 1 for c in calls if c.plan.mode != "ddp")
+    assert [c.trace.path is not None for c in calls[:5]] == [False, False, True, True, True]
+    assert (tmp_path / "summary.md").exists() and (tmp_path / "runs.csv").exists()
+
+
+def test_unknown_preset_exits_2_naming_the_flag(tmp_path, capsys):
+    code = ddp_vs_star.main(["--task", "gpt", "--preset", "7m", "--out", str(tmp_path)], run=fake_run([]))
+    err = capsys.readouterr().err
+    assert code == 2 and "--preset '7m'" in err
+
+
+def test_speed_needs_two_evaluations(tmp_path):
+    path = tmp_path / "curve.csv"
+    path.write_text("time_s,version,metric\n1.0,3,0.5\n")
+    assert ddp_vs_star.s_per_iter(path) is None
+    path.write_text("time_s,version,metric\n1.0,3,0.5\n4.0,9,0.6\n")
+    assert ddp_vs_star.s_per_iter(path) == 0.5
