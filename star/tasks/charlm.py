@@ -114,17 +114,21 @@ class Block(nn.Module):
 
 
 class CharTransformer(nn.Module):
-    """Token + learned position embeddings, causal blocks, per-position logits."""
+    """Token + learned position embeddings, causal blocks, per-position logits.
 
-    def __init__(self, dim: int = 96, heads: int = 4, layers: int = 2, context: int = CONTEXT) -> None:
+    tied: the output head is the token embedding itself (no separate head parameters).
+    """
+
+    def __init__(self, dim: int = 96, heads: int = 4, layers: int = 2, context: int = CONTEXT,
+                 vocab_size: int = VOCAB_SIZE, tied: bool = False) -> None:
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim {dim} must be divisible by heads {heads}")
-        self.tokens = nn.Embedding(VOCAB_SIZE, dim)
+        self.tokens = nn.Embedding(vocab_size, dim)
         self.positions = nn.Embedding(context, dim)
         self.blocks = nn.Sequential(*(Block(dim, heads) for _ in range(layers)))
         self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, VOCAB_SIZE)
+        self.head = None if tied else nn.Linear(dim, vocab_size)
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=0.02)
@@ -132,9 +136,10 @@ class CharTransformer(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        ids = ids.long()  # a corpus may be stored as uint8
         positions = torch.arange(ids.shape[1], device=ids.device)
-        x = self.tokens(ids) + self.positions(positions)
-        return self.head(self.norm(self.blocks(x)))
+        x = self.norm(self.blocks(self.tokens(ids) + self.positions(positions)))
+        return x @ self.tokens.weight.t() if self.head is None else self.head(x)
 
 
 def build_model(seed: int) -> nn.Module:

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from star.tasks.base import Task, seeded_build
-from star.tasks.charlm import Block, eval_starts, sequence_loss, split_point, window_starts, windows
+from star.tasks.charlm import CharTransformer, eval_starts, sequence_loss, split_point, window_starts, windows
 
 VOCAB_SIZE = 256
 CONTEXT = 128
@@ -75,32 +75,15 @@ def load_corpus() -> torch.Tensor:
     return torch.frombuffer(bytearray(b"".join(chunks)), dtype=torch.uint8)
 
 
-class GPT(nn.Module):
+class GPT(CharTransformer):
     """Byte embedding + learned positions, pre-norm causal blocks, final norm, tied head."""
 
     def __init__(self, dim: int, layers: int, heads: int, context: int = CONTEXT) -> None:
-        super().__init__()
-        if dim % heads:
-            raise ValueError(f"dim {dim} must be divisible by heads {heads}")
-        self.tokens = nn.Embedding(VOCAB_SIZE, dim)
-        self.positions = nn.Embedding(context, dim)
-        self.blocks = nn.Sequential(*(Block(dim, heads) for _ in range(layers)))
-        self.norm = nn.LayerNorm(dim)
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, std=0.02)
-            if isinstance(module, nn.Linear):
-                nn.init.zeros_(module.bias)
+        super().__init__(dim, heads, layers, context, vocab_size=VOCAB_SIZE, tied=True)
         # GPT-2's scaled init of the residual projections keeps deep stacks stable.
         for block in self.blocks:
             for projection in (block.attn.proj, block.mlp[2]):
                 nn.init.normal_(projection.weight, std=0.02 / (2 * layers) ** 0.5)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        ids = ids.long()  # the corpus is stored as uint8
-        positions = torch.arange(ids.shape[1], device=ids.device)
-        x = self.norm(self.blocks(self.tokens(ids) + self.positions(positions)))
-        return x @ self.tokens.weight.t()  # tied output head
 
 
 def param_count(preset: GptPreset, context: int = CONTEXT) -> int:
