@@ -43,6 +43,11 @@ from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 
+from star.trace_values import (  # noqa: F401 (TraceError, WorkerList, parse_worker_list: part of this module's API)
+    PAI_COLUMNS, SIMPLE_COLUMNS, PAI_MARKERS, SIMPLE_MARKERS, TraceError, WorkerList, check_factor, check_index,
+    check_num_workers, exact_stretch, fail, normalise_worker_list, parse_float_cell, parse_int_cell, parse_worker_list,
+)
+
 __all__ = [
     "TraceError",
     "TraceRow",
@@ -56,116 +61,6 @@ __all__ = [
     "parse_worker_list",
     "slowdown_sleep_s",
 ]
-
-PAI_COLUMNS = ("worker", "time", "batch_time_norm")
-SIMPLE_COLUMNS = ("iteration", "worker", "factor")
-_PAI_MARKERS = frozenset({"time", "batch_time_norm", "gpu"})
-_SIMPLE_MARKERS = frozenset({"iteration", "factor"})
-
-WorkerList = str | Sequence[int] | None
-
-
-class TraceError(ValueError):
-    """A trace file, trace row or replay setting is invalid."""
-
-
-def _fail(name: str, value: object, problem: str, where: str = "") -> TraceError:
-    """Build an error that names the offending field and value, and where it came from."""
-    location = f" at {where}" if where else ""
-    return TraceError(f"{name}: {problem} (got {value!r}){location}")
-
-
-# --------------------------------------------------------------------------- values
-
-
-def _check_factor(value: float, name: str = "factor", where: str = "") -> float:
-    """Factors scale compute time, so only finite positive values make sense."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise _fail(name, value, "must be a number", where)
-    if not math.isfinite(value) or value <= 0:
-        raise _fail(name, value, "must be finite and > 0", where)
-    return float(value)
-
-
-def _check_index(value: int, name: str, where: str = "") -> int:
-    """Iterations and worker ids are non-negative integers."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise _fail(name, value, "must be an integer", where)
-    if value < 0:
-        raise _fail(name, value, "must be >= 0", where)
-    return int(value)
-
-
-def _exact_stretch(stretch: float) -> Fraction:
-    """Stretch as the exact decimal the caller wrote, so scaled boundaries land on integers."""
-    if isinstance(stretch, bool) or not isinstance(stretch, numbers.Real):
-        raise _fail("stretch", stretch, "must be a number")
-    if not math.isfinite(stretch) or stretch <= 0:
-        raise _fail("stretch", stretch, "must be finite and > 0")
-    return Fraction(str(float(stretch)))
-
-
-def _parse_int(text: str | None, name: str, where: str) -> int:
-    """Parse a CSV cell as a non-negative integer, naming the column on failure."""
-    if text is None or not text.strip():
-        raise _fail(name, text, "missing value", where)
-    try:
-        value = int(text)
-    except ValueError:
-        raise _fail(name, text, "not an integer", where) from None
-    return _check_index(value, name, where)
-
-
-def _parse_float(text: str | None, name: str, where: str) -> float:
-    """Parse a CSV cell as a finite positive number, naming the column on failure."""
-    if text is None or not text.strip():
-        raise _fail(name, text, "missing value", where)
-    try:
-        value = float(text)
-    except ValueError:
-        raise _fail(name, text, "not a number", where) from None
-    return _check_factor(value, name, where)
-
-
-# ----------------------------------------------------------------------- mapping
-
-
-def parse_worker_list(text: str, name: str = "trace_workers") -> tuple[int, ...]:
-    """Parse a CLI list like ``"3,4,5,6"`` into worker ids; spaces are allowed."""
-    if not isinstance(text, str) or not text.strip():
-        raise _fail(name, text, "expected a comma-separated list of worker ids")
-    ids = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            raise _fail(name, text, "empty entry in worker list")
-        try:
-            ids.append(int(item))
-        except ValueError:
-            raise _fail(name, text, f"{item!r} is not an integer") from None
-        if ids[-1] < 0:
-            raise _fail(name, text, f"worker id {item} must be >= 0")
-    return tuple(ids)
-
-
-def _normalise_worker_list(trace_workers: WorkerList) -> tuple[int, ...] | None:
-    """Accept the CLI string or an already-parsed sequence, so callers needn't care."""
-    if trace_workers is None:
-        return None
-    if isinstance(trace_workers, str):
-        return parse_worker_list(trace_workers)
-    ids = tuple(trace_workers)
-    for worker in ids:
-        _check_index(worker, "trace_workers")
-    return ids
-
-
-def _check_num_workers(num_workers: int) -> int:
-    """A run needs at least one worker."""
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise _fail("num_workers", num_workers, "must be an integer >= 1")
-    return num_workers
-
 
 # ------------------------------------------------------------------ per-run-worker
 
@@ -189,18 +84,18 @@ class WorkerSlowdown:
     _stretch_q: Fraction = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _check_index(self.run_worker, "run_worker")
+        check_index(self.run_worker, "run_worker")
         if self.trace_worker is not None:
-            _check_index(self.trace_worker, "trace_worker")
+            check_index(self.trace_worker, "trace_worker")
         object.__setattr__(self, "iterations", tuple(self.iterations))
         object.__setattr__(self, "factors", tuple(self.factors))
         self._check_steps()
-        stretch_q = _exact_stretch(self.stretch)
-        _check_index(self.max_iteration, "max_iteration")
+        stretch_q = exact_stretch(self.stretch)
+        check_index(self.max_iteration, "max_iteration")
         if self.max_iteration < 1:
-            raise _fail("max_iteration", self.max_iteration, "must be >= 1 for a non-empty span")
+            raise fail("max_iteration", self.max_iteration, "must be >= 1 for a non-empty span")
         if self.max_iteration * stretch_q < 1:
-            raise _fail(
+            raise fail(
                 "stretch",
                 self.stretch,
                 f"span = max_iteration {self.max_iteration} x stretch is below one iteration",
@@ -210,19 +105,19 @@ class WorkerSlowdown:
     def _check_steps(self) -> None:
         """Bisect needs strictly increasing iterations, each paired with a valid factor."""
         if len(self.iterations) != len(self.factors):
-            raise _fail(
+            raise fail(
                 "factors", len(self.factors), f"length must match iterations ({len(self.iterations)})"
             )
         previous = -1
         for iteration in self.iterations:
-            _check_index(iteration, "iterations")
+            check_index(iteration, "iterations")
             if iteration <= previous:
-                raise _fail("iterations", iteration, "must be strictly increasing")
+                raise fail("iterations", iteration, "must be strictly increasing")
             previous = iteration
         if self.iterations and self.iterations[-1] > self.max_iteration:
-            raise _fail("max_iteration", self.max_iteration, "is below the last iteration")
+            raise fail("max_iteration", self.max_iteration, "is below the last iteration")
         for factor in self.factors:
-            _check_factor(factor, "factors")
+            check_factor(factor, "factors")
 
     @classmethod
     def no_slowdown(cls, run_worker: int) -> WorkerSlowdown:
@@ -236,7 +131,7 @@ class WorkerSlowdown:
 
     def factor_at(self, iteration: int) -> float:
         """Slowdown factor for this worker's 0-based ``iteration``; O(log rows)."""
-        iteration = _check_index(iteration, "iteration")
+        iteration = check_index(iteration, "iteration")
         if not self.iterations:
             return 1.0
         # Trace position = iteration / stretch = iteration * den / num, kept in integers
@@ -265,7 +160,7 @@ def _unpack_row(row: TraceRow | tuple[int, int, float], source: str) -> tuple[in
     if isinstance(row, TraceRow):
         return row.iteration, row.worker, row.factor
     if not isinstance(row, Sequence) or len(row) != 3:
-        raise _fail("rows", row, "expected (iteration, worker, factor)", source)
+        raise fail("rows", row, "expected (iteration, worker, factor)", source)
     return row[0], row[1], row[2]
 
 
@@ -282,18 +177,18 @@ class Trace:
 
     def __post_init__(self) -> None:
         if not self.steps:
-            raise _fail("steps", dict(self.steps), "a trace needs at least one worker")
+            raise fail("steps", dict(self.steps), "a trace needs at least one worker")
         frozen: dict[int, tuple[tuple[int, float], ...]] = {}
         for worker in sorted(self.steps):
-            _check_index(worker, "worker")
+            check_index(worker, "worker")
             pairs = tuple((int(it), float(f)) for it, f in self.steps[worker])
             if not pairs:
-                raise _fail("steps", worker, "worker has no rows")
+                raise fail("steps", worker, "worker has no rows")
             frozen[worker] = pairs
         object.__setattr__(self, "steps", MappingProxyType(frozen))
         max_iteration = self.max_iteration
         if max_iteration < 1:
-            raise _fail("iteration", max_iteration, "largest iteration must be >= 1 to wrap")
+            raise fail("iteration", max_iteration, "largest iteration must be >= 1 to wrap")
         for worker, pairs in frozen.items():
             # Reuse the schedule's own checks: sorted, unique, valid factors.
             WorkerSlowdown(0, worker, *zip(*pairs), max_iteration=max_iteration)
@@ -309,15 +204,15 @@ class Trace:
         by_worker: dict[int, dict[int, float]] = {}
         for row in rows:
             iteration, worker, factor = _unpack_row(row, source)
-            iteration = _check_index(iteration, "iteration", source)
-            worker = _check_index(worker, "worker", source)
-            factor = _check_factor(factor, "factor", source)
+            iteration = check_index(iteration, "iteration", source)
+            worker = check_index(worker, "worker", source)
+            factor = check_factor(factor, "factor", source)
             samples = by_worker.setdefault(worker, {})
             if iteration in samples:
-                raise _fail("iteration", iteration, f"repeated for worker {worker}", source)
+                raise fail("iteration", iteration, f"repeated for worker {worker}", source)
             samples[iteration] = factor
         if not by_worker:
-            raise _fail("rows", 0, "a trace needs at least one row", source)
+            raise fail("rows", 0, "a trace needs at least one row", source)
         steps = {w: tuple(sorted(samples.items())) for w, samples in by_worker.items()}
         return cls(steps, source)
 
@@ -351,20 +246,20 @@ class Trace:
         self, run_worker: int, num_workers: int, trace_workers: WorkerList = None
     ) -> int | None:
         """Which trace worker ``run_worker`` replays; None means no slowdown."""
-        _check_num_workers(num_workers)
-        _check_index(run_worker, "run_worker")
+        check_num_workers(num_workers)
+        check_index(run_worker, "run_worker")
         if run_worker >= num_workers:
-            raise _fail("run_worker", run_worker, f"must be < num_workers ({num_workers})")
-        mapping = _normalise_worker_list(trace_workers)
+            raise fail("run_worker", run_worker, f"must be < num_workers ({num_workers})")
+        mapping = normalise_worker_list(trace_workers)
         if mapping is None:
             return self.workers[run_worker] if run_worker < len(self.workers) else None
         if len(mapping) != num_workers:
-            raise _fail(
+            raise fail(
                 "trace_workers", mapping, f"needs one entry per run worker ({num_workers})"
             )
         unknown = [w for w in mapping if w not in self.steps]
         if unknown:
-            raise _fail(
+            raise fail(
                 "trace_workers", mapping, f"workers {unknown} not in trace {list(self.workers)}"
             )
         return mapping[run_worker]
@@ -389,7 +284,7 @@ class Trace:
         self, num_workers: int, trace_workers: WorkerList = None, stretch: float = 1.0
     ) -> list[WorkerSlowdown]:
         """Replay schedules for run workers ``0..num_workers-1``."""
-        _check_num_workers(num_workers)
+        check_num_workers(num_workers)
         return [
             self.slowdown_for(r, num_workers, trace_workers, stretch) for r in range(num_workers)
         ]
@@ -404,10 +299,10 @@ def _csv_records(path: Path, required: Sequence[str]) -> Iterator[tuple[str, dic
         reader = csv.DictReader(handle, skipinitialspace=True)
         header = reader.fieldnames
         if not header:
-            raise _fail("header", str(path), "empty file, expected a CSV header")
+            raise fail("header", str(path), "empty file, expected a CSV header")
         for column in required:
             if column not in header:
-                raise _fail(column, header, "missing column in header", str(path))
+                raise fail(column, header, "missing column in header", str(path))
         for record in reader:
             yield f"{path}:{reader.line_num}", record
 
@@ -423,9 +318,9 @@ def load_simple_csv(path: str | Path) -> Trace:
     path = Path(path)
     rows = [
         TraceRow(
-            _parse_int(record["iteration"], "iteration", where),
-            _parse_int(record["worker"], "worker", where),
-            _parse_float(record["factor"], "factor", where),
+            parse_int_cell(record["iteration"], "iteration", where),
+            parse_int_cell(record["worker"], "worker", where),
+            parse_float_cell(record["factor"], "factor", where),
         )
         for where, record in _csv_records(path, SIMPLE_COLUMNS)
     ]
@@ -436,12 +331,12 @@ def _read_pai_times(path: Path) -> dict[int, dict[int, float]]:
     """Batch times per worker and iteration; a repeated pair keeps the last value."""
     times: dict[int, dict[int, float]] = {}
     for where, record in _csv_records(path, PAI_COLUMNS):
-        worker = _parse_int(record["worker"], "worker", where)
-        iteration = _parse_int(record["time"], "time", where)
-        batch_time = _parse_float(record["batch_time_norm"], "batch_time_norm", where)
+        worker = parse_int_cell(record["worker"], "worker", where)
+        iteration = parse_int_cell(record["time"], "time", where)
+        batch_time = parse_float_cell(record["batch_time_norm"], "batch_time_norm", where)
         times.setdefault(worker, {})[iteration] = batch_time
     if not times:
-        raise _fail("rows", 0, "a trace needs at least one row", str(path))
+        raise fail("rows", 0, "a trace needs at least one row", str(path))
     return times
 
 
@@ -470,12 +365,12 @@ def load_trace(path: str | Path) -> Trace:
     path = Path(path)
     header = {name.strip() for name in _read_header(path)}
     if not header:
-        raise _fail("header", str(path), "empty file, expected a CSV header")
-    if header & _PAI_MARKERS:
+        raise fail("header", str(path), "empty file, expected a CSV header")
+    if header & PAI_MARKERS:
         return load_pai_csv(path)
-    if header & _SIMPLE_MARKERS:
+    if header & SIMPLE_MARKERS:
         return load_simple_csv(path)
-    raise _fail(
+    raise fail(
         "header",
         sorted(header),
         f"unknown trace format, expected columns {list(SIMPLE_COLUMNS)} "
@@ -515,8 +410,8 @@ def slowdown_sleep_s(compute_s: float, factor: float) -> float:
     Factors below 1 cannot speed a worker up, so they sleep 0.
     """
     if isinstance(compute_s, bool) or not isinstance(compute_s, numbers.Real):
-        raise _fail("compute_s", compute_s, "must be a number")
+        raise fail("compute_s", compute_s, "must be a number")
     if not math.isfinite(compute_s) or compute_s < 0:
-        raise _fail("compute_s", compute_s, "must be finite and >= 0")
-    _check_factor(factor)
+        raise fail("compute_s", compute_s, "must be finite and >= 0")
+    check_factor(factor)
     return max(0.0, (factor - 1.0) * compute_s)
