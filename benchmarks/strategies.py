@@ -6,10 +6,14 @@
 mitigation = (T_straggled − T_strategy) / (T_straggled − T_clean), with T_clean = SSGD
 without the trace and T_straggled = SSGD with it. Also runs `auto` without a trace to
 count false-positive detections. Each run is a real `star launch` (processes on
-127.0.0.1), so a single TTA on a shared 2-core machine varies by some ±10–20%:
-`--repeats N` runs every strategy with seeds seed..seed+N-1 (interleaved, so a slow
-spell on the machine hits all strategies alike) and reports the median TTA and the
-min–max range; the mitigation ratio is computed from the medians.
+127.0.0.1). Paired design: `--repeats N` runs every strategy with seeds seed..seed+N-1,
+interleaved (order rotated per repeat, so a slow spell on the machine hits all strategies
+alike). Per run name, summary.csv has the median TTA and its bootstrap interval
+(`tta_lo_s`, `tta_hi_s`; --level, default 90%), TTA's two factors (median
+`updates_to_target`, median `s_per_update`, and the CV of updates to target across seeds),
+and paired ratios with bootstrap intervals to SSGD on the trace (`vs_ssgd*`) and to the
+best other strategy on it (`vs_best*`, the one named in `best`). With 3 repeats a
+bootstrap interval of a median is [min, max] of the three (true coverage 75%).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from star.config import from_dict, JobConfig
 from star.launch import launch
 from star.traces import Trace, write_simple_csv
+from star.tta import bootstrap_median, bootstrap_ratio, coefficient_of_variation
 
 STRATEGIES = ("ssgd", "asgd", "kofn", "grouped", "exclude", "amp", "batch", "auto")
 
@@ -52,34 +57,52 @@ def mitigation(t_clean: float | None, t_straggled: float | None, t: float | None
     return (t_straggled - t) / (t_straggled - t_clean)
 
 
-def median_or_none(values: list[float | None]) -> float | None:
-    """The median TTA, or None when half or more of the runs missed the target (a miss counts as +inf)."""
-    ordered = sorted(float("inf") if v is None else v for v in values)
-    m = statistics.median(ordered) if ordered else float("inf")
-    return None if m == float("inf") else round(m, 3)
+def _median(values: list[float | None]) -> float | None:
+    """The median, or None when there are none (misses are left out of these factor medians)."""
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 4) if present else None
 
 
-def summarise(raw: list[dict], names: list[str]) -> list[dict]:
-    """One row per run name: median TTA over repeats, its range, and ratios computed from the medians."""
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def summarise(raw: list[dict], names: list[str], level: float = 0.9) -> list[dict]:
+    """One row per run name: median TTA over the paired repeats and its bootstrap interval, the
+    two factors of TTA (median updates to target, median s/update), and paired ratios to SSGD on
+    the trace and to the best other strategy on it (median over seeds, bootstrap interval)."""
+    seeds = sorted({r["seed"] for r in raw})
+    tta = {}  # run name -> TTA per seed (None: missed or not run)
     rows = []
     for name in names:
-        runs = [r for r in raw if r["run"] == name]
-        ttas = [r["tta_s"] if r["reached"] else None for r in runs]
-        reached = [t for t in ttas if t is not None]
+        by_seed = {r["seed"]: r for r in raw if r["run"] == name}
+        runs = list(by_seed.values())
+        tta[name] = [by_seed[s]["tta_s"] if s in by_seed and by_seed[s]["reached"] else None for s in seeds]
+        interval = bootstrap_median(tta[name], level)
+        updates = [r["updates_to_target"] for r in runs if r["reached"]]
         rows.append({
             "run": name, "strategy": runs[0]["strategy"], "trace": runs[0]["trace"], "runs": len(runs),
-            "reached": f"{len(reached)}/{len(runs)}", "tta_s": median_or_none(ttas),
-            "tta_min_s": min(reached) if reached else None, "tta_max_s": max(reached) if reached else None,
+            "reached": f"{sum(r['reached'] for r in runs)}/{len(runs)}",
+            "tta_s": _round(interval.median), "tta_lo_s": _round(interval.lo), "tta_hi_s": _round(interval.hi),
+            "updates_to_target": _median(updates), "s_per_update": _median([r["s_per_update"] for r in runs if r["reached"]]),
+            "updates_cv": _round(coefficient_of_variation(updates)),
             "detections": statistics.median(r["detections"] for r in runs),
             "plan_switches": statistics.median(r["plan_switches"] for r in runs),
             "amp_toggles": statistics.median(r["amp_toggles"] for r in runs),
+            "batch_resizes": statistics.median(r["batch_resizes"] for r in runs),
         })
-    tta = {r["run"]: r["tta_s"] for r in rows}
+    medians = {r["run"]: r["tta_s"] for r in rows}
+    others = [r["run"] for r in rows if r["trace"] != "none" and r["strategy"] != "auto" and medians[r["run"]] is not None]
+    best = min(others, key=lambda n: medians[n], default=None)
     for row in rows:
-        row["vs_ssgd"] = round(tta[row["run"]] / tta["ssgd"], 3) if tta.get("ssgd") and tta[row["run"]] else None
-        row["vs_clean"] = round(tta[row["run"]] / tta["clean"], 3) if tta.get("clean") and tta[row["run"]] else None
-        m = mitigation(tta.get("clean"), tta.get("ssgd"), tta[row["run"]]) if row["trace"] != "none" else None
-        row["mitigation"] = None if m is None else round(m, 3)
+        name = row["run"]
+        for label, ref in (("vs_ssgd", "ssgd"), ("vs_best", best)):
+            ratio = bootstrap_ratio(tta[name], tta[ref], level) if ref in tta else None
+            row[label], row[f"{label}_lo"], row[f"{label}_hi"] = (None, None, None) if ratio is None else map(_round, ratio)
+        row["best"] = best
+        row["vs_clean"] = round(medians[name] / medians["clean"], 3) if medians.get("clean") and medians[name] else None
+        m = mitigation(medians.get("clean"), medians.get("ssgd"), medians[name]) if row["trace"] != "none" else None
+        row["mitigation"] = _round(m)
     return rows
 
 
@@ -104,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--max-time-s", type=float, default=150.0)
     parser.add_argument("--repeats", type=int, default=1, help="runs per strategy (seeds seed, seed+1, ...); the table shows medians")
+    parser.add_argument("--level", type=float, default=0.9, help="bootstrap interval level")
     parser.add_argument("--out", default="benchmarks/results/strategies")
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -117,18 +141,22 @@ def main(argv: list[str] | None = None) -> int:
     raw: list[dict] = []
     total = len(runs) * len(seeds)
     for repeat, seed in enumerate(seeds):
-        for index, (strategy, run_trace, name) in enumerate(runs, 1):
+        order = runs[repeat % len(runs):] + runs[:repeat % len(runs)]  # rotated: no strategy always runs first
+        for index, (strategy, run_trace, name) in enumerate(order, 1):
             print(f"[{repeat * len(runs) + index}/{total}] {name} seed={seed} ...", file=sys.stderr, flush=True)
             result = run_one(args, strategy, run_trace, out / name / f"seed{seed}", seed)
             raw.append({
                 "run": name, "strategy": strategy, "trace": Path(run_trace).name if run_trace else "none", "seed": seed,
                 "reached": result["reached"], "tta_s": result["tta_s"], "final_metric": result["final_metric"],
-                "updates": result["updates"], "detections": result.get("straggler_detections", 0),
+                "updates": result["updates"], "updates_to_target": result.get("updates_to_target"),
+                "s_per_update": result.get("s_per_update"), "detections": result.get("straggler_detections", 0),
                 "plan_switches": result.get("plan_switches", 0), "amp_toggles": result.get("amp_toggles", 0),
+                "batch_resizes": result.get("batch_resizes", 0),
             })
-            print(f"    reached={result['reached']} tta_s={result['tta_s']} detections={raw[-1]['detections']}", file=sys.stderr)
+            print(f"    reached={result['reached']} tta_s={result['tta_s']} updates_to_target={result.get('updates_to_target')} "
+                  f"detections={raw[-1]['detections']} batch_resizes={raw[-1]['batch_resizes']}", file=sys.stderr)
     write_csv(out / "runs.csv", raw)
-    rows = summarise(raw, [name for _, _, name in runs])
+    rows = summarise(raw, [name for _, _, name in runs], args.level)
     write_csv(out / "summary.csv", rows)
     columns = list(rows[0])
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]

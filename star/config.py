@@ -21,6 +21,7 @@ from star.errors import ConfigError
 from star.placement import PlacementConfig
 from star.plan import PlanError, SyncPlan, parse_groups, plan_for_mode
 from star.policy.controller import STRATEGIES, ControlConfig, initial_mode
+from star.tta import EvalConfig
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 NONFINITE_POLICIES = ("reject", "skip")
@@ -216,7 +217,8 @@ class JobConfig:
     batch_size: int | None = None  # per worker per iteration; default the task's
     target: float | None = None  # metric target; default the task's
     max_time_s: float = 120.0  # stop training after this many seconds even if the target is not reached
-    eval_period_s: float = 0.5  # evaluator period
+    eval_period_s: float = 0.5  # evaluator period when evaluation.every_updates is 0
+    evaluation: EvalConfig = field(default_factory=EvalConfig)  # evaluate at fixed versions; target on a smoothed metric
     stop_at_target: bool = True  # end the job as soon as the target is reached
     host: str = "127.0.0.1"  # address every daemon binds to
     threads_per_process: int = 1  # torch intra-op threads in each worker / PS

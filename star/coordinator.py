@@ -3,7 +3,7 @@
 It sends the initial plan to every PS, answers each worker's per-iteration report with
 directives, evaluates the PSs' parameters on a fixed period, decides when the job is
 done (target reached or time up), and writes curve.csv, events.jsonl and result.json.
-Decision logic stays in pure functions (`star.evaluator.time_to_target`,
+Decision logic stays in pure functions (`star.tta.reached`,
 `ClusterView`), so this module is wiring.
 """
 
@@ -27,7 +27,8 @@ from star.placement import PlacementConfig, ReplacementPolicy
 from star.policy.traffic import PsLayout
 from star.policy.controller import ControlConfig, Controller, for_strategy
 from star.policy.noise import noise_scale
-from star.evaluator import CurveWriter, EvalPoint, Evaluator, time_to_target
+from star.evaluator import CurveWriter, EvalPoint, Evaluator
+from star.tta import EvalConfig, next_version, reached
 from star.cluster import ClusterView, Rate
 from star.coordinator_checks import (  # noqa: F401 - ABSURD_S and friends are part of this module's interface
     ABSURD_S,
@@ -65,7 +66,8 @@ class CoordinatorConfig:
     plan: PlanConfig = field(default_factory=PlanConfig)
     max_time_s: float = 120.0  # training seconds (from the first update) before the job stops
     startup_timeout_s: float = 180.0  # the first update must happen within this
-    eval_period_s: float = 0.5
+    eval_period_s: float = 0.5  # evaluation period when evaluation.every_updates is 0
+    evaluation: EvalConfig = field(default_factory=EvalConfig)  # fixed-version evaluation, smoothed target
     stop_at_target: bool = True
     out: str = "runs/latest"
     host: str = "127.0.0.1"
@@ -93,6 +95,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         self.plan: SyncPlan | None = None
         self.latest: EvalPoint | None = None
         self.tta_s: float | None = None
+        self.updates_to_target: int | None = None  # parameter version (max over PSs) of the evaluation that reached it
         self.metric_name = ""
         self._rate = (time.monotonic(), 0)
         self._rate_value = 0.0
@@ -359,19 +362,25 @@ class Coordinator:
         curve = CurveWriter(self.out / "curve.csv")
         evaluator: Evaluator | None = None
         deadline_first_update = time.monotonic() + self.config.startup_timeout_s
+        grid = self.config.evaluation.every_updates
+        wanted = 0  # the next version to evaluate at (0: whatever there is, on the wall-clock period)
         try:
             while not self.stop.is_set():
                 tick = time.monotonic()
                 if evaluator is None:
                     evaluator = self._try_evaluator()
-                point = self._evaluate(evaluator) if evaluator else None
+                since, point = self._evaluate(evaluator, wanted) if evaluator else (-1.0, None)
                 if point is not None:
+                    wanted = next_version(point.version, grid) if grid else 0
                     self._record(point, curve)
-                elif time.monotonic() > deadline_first_update:
+                elif since >= self.config.max_time_s:
+                    self._finish("max_time")  # updates stalled below the next version to evaluate
+                elif since < 0 and time.monotonic() > deadline_first_update:
                     self._finish("no_update_before_startup_timeout")
                 if self.service.state in ("done", "finished"):
                     break
-                self.stop.wait(max(0.0, self.config.eval_period_s - (time.monotonic() - tick)))
+                period = self.config.evaluation.poll_s if grid else self.config.eval_period_s
+                self.stop.wait(max(0.0, period - (time.monotonic() - tick)))
             if self.service.state == "running" or self.service.state == "starting":
                 self._finish("stopped")
             self._write_result(curve.points)
@@ -387,12 +396,12 @@ class Coordinator:
             log(logger, logging.DEBUG, "evaluator not ready", error=exc.code())
             return None
 
-    def _evaluate(self, evaluator: Evaluator) -> EvalPoint | None:
+    def _evaluate(self, evaluator: Evaluator, min_version: int) -> tuple[float, EvalPoint | None]:
         try:
-            return evaluator.evaluate()
+            return evaluator.evaluate(min_version)
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                return None
+                return -1.0, None
             raise
 
     def _record(self, point: EvalPoint, curve: CurveWriter) -> None:
@@ -403,9 +412,11 @@ class Coordinator:
                 service.state = "running"
                 self.events.emit("training_started", reason="first update applied")
             service.latest = point
-            if service.tta_s is None and time_to_target([point], self.target, self.task.higher_is_better) is not None:
-                service.tta_s = point.time_s
-                self.events.emit("target_reached", tta_s=point.time_s, metric=point.metric, version=point.version, target=self.target)
+            smoothing = self.config.evaluation.smoothing
+            if service.tta_s is None and reached(curve.points, self.target, self.task.higher_is_better, smoothing):
+                service.tta_s, service.updates_to_target = point.time_s, point.version
+                self.events.emit("target_reached", tta_s=point.time_s, metric=point.metric, version=point.version, target=self.target,
+                                 smoothed_over=smoothing)
         if service.tta_s is not None and self.config.stop_at_target:
             self._finish("target_reached")
         elif point.time_s >= self.config.max_time_s:

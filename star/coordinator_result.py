@@ -17,6 +17,8 @@ def result_dict(coordinator, points: list[EvalPoint], stats: list) -> dict:
         "target": coordinator.target,
         "reached": service.tta_s is not None,
         "tta_s": service.tta_s,
+        "updates_to_target": service.updates_to_target,  # TTA = updates_to_target x s_per_update
+        "s_per_update": service.tta_s / service.updates_to_target if service.tta_s and service.updates_to_target else None,
         "final_metric": points[-1].metric if points else None,
         "best_metric": (max if coordinator.task.higher_is_better else min)(p.metric for p in points) if points else None,
         "iterations": service.cluster.max_iteration(),
@@ -44,6 +46,7 @@ def result_dict(coordinator, points: list[EvalPoint], stats: list) -> dict:
         "straggler_detections": events.counts.get("straggler_detected", 0),
         "plan_switches": events.counts.get("plan", 0) - 1,
         "amp_toggles": events.counts.get("amp", 0),
+        "batch_resizes": events.counts.get("batch_sizes", 0),
         "final_plan": service.plan.describe() if service.plan else "",
         "faults": {
             "workers_lost": events.counts.get("worker_lost", 0),

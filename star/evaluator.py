@@ -1,15 +1,13 @@
 """Held-out evaluation of the parameters the PSs hold, the metric curve, and time-to-accuracy.
 
-TTA = seconds from the first applied update to the first evaluation at or past the
-target. Times come from the PS itself (`since_first_update_s` in the pull header),
+TTA = seconds from the first applied update to the first evaluation whose smoothed metric
+is at or past the target (rules in `star.tta`). Times come from the PS itself (`since_first_update_s` in the pull header),
 so they do not depend on when the evaluator happened to start.
 """
 
 from __future__ import annotations
 
 import csv
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -19,21 +17,7 @@ from star.flat import FlatModel
 from star.rpc.ps_client import PSClient
 from star.rpc.security import Credentials
 from star.tasks import Task
-
-
-@dataclass(frozen=True)
-class EvalPoint:
-    time_s: float  # since the first update (max over PSs)
-    version: int  # parameter versions applied (max over PSs)
-    metric: float
-
-
-def time_to_target(points: Sequence[EvalPoint], target: float, higher_is_better: bool) -> float | None:
-    """The time of the first point at or past the target, or None."""
-    for point in points:
-        if math.isfinite(point.metric) and (point.metric >= target if higher_is_better else point.metric <= target):
-            return point.time_s
-    return None
+from star.tta import EvalPoint, time_to_target  # noqa: F401  (time_to_target: re-exported)
 
 
 class Evaluator:
@@ -46,15 +30,16 @@ class Evaluator:
         self.client = PSClient(ps_addresses, worker_id=0, credentials=credentials)
         self.client.register(self.flat.numel)
 
-    def evaluate(self) -> EvalPoint | None:
-        """None until every PS has parameters and at least one update was applied."""
+    def evaluate(self, min_version: int = 0) -> tuple[float, EvalPoint | None]:
+        """(seconds since the first update, < 0 before it; the evaluation). No evaluation (None)
+        before the first update, nor while some shard has applied fewer than `min_version` updates."""
         views = self.client.pull(self.flat.params, timeout_s=30.0, observer=True)
         since = max(v.since_first_update_s for v in views)
-        if since < 0:
-            return None
+        if since < 0 or min(v.version for v in views) < min_version:
+            return since, None
         with torch.no_grad():
             metric = float(self.task.evaluate(self.model))
-        return EvalPoint(since, max(v.version for v in views), metric)
+        return since, EvalPoint(since, max(v.version for v in views), metric)
 
     def close(self) -> None:
         self.client.close()

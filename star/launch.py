@@ -188,6 +188,7 @@ def start_coordinator(group: ProcessGroup, config: JobConfig, host: str, ps_addr
          *(["--target", str(config.target)] if config.target is not None else []),
          *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
          *_flag_args("control.", dataclasses.asdict(config.control)),
+         *_flag_args("evaluation.", dataclasses.asdict(config.evaluation)),
          *_flag_args("placement.", dataclasses.asdict(config.placement)),
          *([] if config.stop_at_target else ["--no-stop-at-target"]),
          *_flag_args("plan.", vars(config.plan)), *_security_flags(config), *extra],

@@ -1,0 +1,42 @@
+"""benchmarks/strategies.py: the summary table's columns and paired figures (no real runs)."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from benchmarks import strategies
+
+REQUIRED = ("strategy", "run", "tta_s", "reached", "updates_to_target", "s_per_update", "tta_lo_s", "tta_hi_s")
+
+
+def fake_run(args, strategy, trace, out, seed):
+    """TTA = updates x s/update, with a per-seed factor every strategy shares (the pairing)."""
+    s_per_update = {"ssgd": 0.6, "batch": 0.3, "kofn": 0.4, "auto": 0.31}[strategy] if trace else 0.3
+    updates = 50 + 5 * seed
+    return {"reached": not (strategy == "kofn" and seed == 2), "tta_s": updates * s_per_update, "final_metric": 0.96,
+            "updates": updates + 3, "updates_to_target": updates, "s_per_update": s_per_update,
+            "straggler_detections": 1 if trace else 0, "plan_switches": 0, "amp_toggles": 0, "batch_resizes": 2}
+
+
+def test_summary_csv_has_the_interface_columns_and_paired_ratios(tmp_path, monkeypatch):
+    monkeypatch.setattr(strategies, "run_one", fake_run)
+    out = tmp_path / "out"
+    assert strategies.main(["--trace", "mid3x", "--strategies", "ssgd,batch,kofn,auto", "--repeats", "3", "--out", str(out)]) == 0
+    with open(out / "summary.csv", newline="") as handle:
+        rows = {r["run"]: r for r in csv.DictReader(handle)}
+    assert set(REQUIRED) <= set(next(iter(rows.values())))
+    assert list(rows) == ["clean", "ssgd", "batch", "kofn", "auto", "auto-clean"]
+    batch, auto, kofn = rows["batch"], rows["auto"], rows["kofn"]
+    assert float(batch["tta_s"]) == pytest.approx(55 * 0.3)
+    assert float(batch["tta_lo_s"]) == pytest.approx(50 * 0.3) and float(batch["tta_hi_s"]) == pytest.approx(60 * 0.3)
+    assert float(batch["updates_to_target"]) == 55 and float(batch["s_per_update"]) == 0.3
+    assert kofn["reached"] == "2/3"
+    assert auto["best"] == "batch"
+    # paired: every seed's auto/batch ratio is 0.31/0.3, so the interval is that one value
+    assert float(auto["vs_best"]) == pytest.approx(0.31 / 0.3, abs=1e-3)
+    assert float(auto["vs_best_lo"]) == pytest.approx(0.31 / 0.3, abs=1e-3) == pytest.approx(float(auto["vs_best_hi"]), abs=1e-3)
+    assert float(batch["vs_ssgd"]) == pytest.approx(0.5)
+    assert float(batch["mitigation"]) == pytest.approx(1.0)
+    assert rows["auto-clean"]["detections"] == "0"
