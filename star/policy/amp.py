@@ -3,7 +3,9 @@
 Each toggle is verified: after a switch-on, once the worker has reported enough fresh
 iterations, its compute time per sample must have fallen by at least `min_gain`;
 otherwise the switch is undone and AMP is remembered as ineffective for that worker.
-A worker is toggled at most once per decision period.
+A worker is toggled at most once per decision period. With batch sizing on, the
+controller may also undo (or not try) AMP on a worker that batch sizes alone balance
+about as well (`mark_redundant`): AMP is then left off until the worker recovers.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class AmpState(str, Enum):
     VERIFYING = "verifying"  # just switched on; waiting for fresh timings
     ON = "on"  # switched on and shown to help
     INEFFECTIVE = "ineffective"  # tried, did not help: never again for this worker
+    REDUNDANT = "redundant"  # helps, but batch sizing alone balances the worker as well: off until it recovers
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class AmpConfig:
 
     min_gain: float = 0.1  # the per-sample time must fall by at least this fraction to keep AMP on
     verify_reports: int = 3  # fresh iterations (with AMP on) needed before judging a toggle
+    assumed_speedup: float = 2.0  # with batch sizing on: AMP is not tried where even this speed-up would gain < min_gain
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class AmpDecision:
     worker: int
     amp: bool
     reason: str
+    speedup: float = 1.0  # switching off a verified AMP: the speed-up it had (to restore the worker's plain speed)
 
 
 @dataclass
@@ -97,7 +102,14 @@ class AmpPolicy:
         if w.state is AmpState.ON and not slow:
             w.state, w.speedup = AmpState.OFF, 1.0
             return AmpDecision(worker, False, "recovered: straggler no longer detected")
+        if w.state is AmpState.REDUNDANT and not slow:
+            w.state = AmpState.OFF  # AMP was off already: nothing to send
         return None
+
+    def mark_redundant(self, worker: int) -> None:
+        """Leave (or switch) AMP off for this worker until it is no longer a straggler."""
+        w = self.workers.setdefault(worker, _WorkerAmp())
+        w.state, w.speedup = AmpState.REDUNDANT, 1.0
 
     def forget(self, worker: int) -> None:
         self.workers.pop(worker, None)

@@ -18,6 +18,8 @@ from typing import Mapping
 
 import numpy as np
 
+from star.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class BatchConfig:
@@ -25,7 +27,24 @@ class BatchConfig:
 
     min_batch: int = 1  # never give a worker fewer samples than this
     max_factor: float = 2.0  # nor more than this many times the even share
-    min_gain: float = 0.1  # resend sizes only when they cut the predicted slowest-worker time by this fraction
+    min_gain: float = 0.05  # resend sizes only when they cut the predicted slowest-worker time by this fraction...
+    change_cost_iters: float = 1.0  # ...and the saving repays a change's cost (this many slowest-worker iterations:
+    payback_iters: float = 10.0  # re-measuring at the new sizes) within this many iterations
+    speed_alpha: float = 0.3  # EMA weight of a decision's new per-sample time in the speeds sizing acts on (1: none)
+    speed_band: float = 0.15  # a worker's speed for sizing moves only when its EMA leaves this relative band...
+    speed_confirm: int = 2  # ...for this many decisions in a row
+
+    def __post_init__(self) -> None:
+        for name, ok in (("min_batch", self.min_batch >= 1), ("max_factor", self.max_factor >= 1),
+                         ("min_gain", 0 <= self.min_gain < 1), ("change_cost_iters", self.change_cost_iters >= 0),
+                         ("payback_iters", self.payback_iters > 0), ("speed_alpha", 0 < self.speed_alpha <= 1),
+                         ("speed_band", self.speed_band >= 0), ("speed_confirm", self.speed_confirm >= 1)):
+            if not ok:
+                raise ConfigError(f"control.batching.{name}", getattr(self, name), "out of range")
+
+    def required_gain(self) -> float:
+        """The fraction of the slowest worker's iteration time a change must save."""
+        return max(self.min_gain, self.change_cost_iters / self.payback_iters)
 
 
 class BatchPlanError(ValueError):
@@ -192,5 +211,11 @@ def worth_changing(
     min_gain: float,
 ) -> bool:
     """Only a clear predicted gain justifies a change: timings are noisy, and every change costs a re-measure."""
+    return predicted_gain(current, proposed, per_sample_s, fixed_s) >= min_gain > -1
+
+
+def predicted_gain(current: Mapping[int, int], proposed: Mapping[int, int], per_sample_s: Mapping[int, float],
+                   fixed_s: Mapping[int, float] | None) -> float:
+    """The fraction of the slowest worker's iteration time `proposed` saves over `current` (0 when unknown)."""
     before = makespan_s(current, per_sample_s, fixed_s)
-    return before > 0 and makespan_s(proposed, per_sample_s, fixed_s) <= before * (1 - min_gain)
+    return 1 - makespan_s(proposed, per_sample_s, fixed_s) / before if before > 0 else 0.0

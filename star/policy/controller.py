@@ -22,10 +22,12 @@ from typing import Any, Mapping, NamedTuple
 from star.errors import ConfigError
 from star.detect import DetectorConfig, StragglerDetector
 from star.plan import SyncPlan, exclude, ssgd, with_epoch, with_pace, with_tree
-from star.policy.amp import AmpConfig, AmpPolicy
-from star.policy.batch import BatchConfig, BatchPlanError, solve_batch_sizes, worth_changing
+from star.policy.amp import AmpConfig, AmpDecision, AmpPolicy, AmpState
+from star.policy.batch import BatchConfig, BatchPlanError, predicted_gain, solve_batch_sizes
+from star.policy.combine import amp_gain_under_batch, Sizes
 from star.policy.learned import LearnedSelector, load_model
 from star.policy.selector import HeuristicSelector, SelectorConfig, estimate, same_shape
+from star.policy.speeds import SpeedTracker
 from star.policy.traffic import PsLayout, TrafficConfig, TrafficGuard
 
 FIXED_MODES = ("ssgd", "asgd", "kofn", "grouped", "ssp")
@@ -131,6 +133,8 @@ class Controller:
             self.selector = HeuristicSelector(config.selection)
         self.traffic = TrafficGuard(config.traffic)
         self.batch_sizes = {w: base_batch for w in range(num_workers)}
+        b = config.batching
+        self.speeds = SpeedTracker(b.speed_alpha, b.speed_band, b.speed_confirm)  # what batch sizing acts on
         self.lost: set[int] = set()
         self.judged: set[int] = set()  # workers that have had enough reports to be judged at least once
         self.base_plan: SyncPlan | None = None  # the first plan seen: what a rejoining worker goes back to
@@ -147,12 +151,14 @@ class Controller:
         for w in sorted(rejoined):
             self.lost.discard(w)
             self.batch_sizes[w] = self.base_batch
+            self.speeds.forget(w)
             events.append({"kind": "worker_rejoined", "worker": w, "reason": "reporting again"})
         newly_lost = {w for w, s in workers.items() if s.silent_s > c.lost_after_s and w not in self.lost}
         for w in sorted(newly_lost):
             self.lost.add(w)
             self.detector.forget(w)
             self.amp.forget(w)
+            self.speeds.forget(w)
             events.append({"kind": "worker_lost", "worker": w, "silent_s": round(workers[w].silent_s, 2), "reason": f"no report for > {c.lost_after_s} s"})
         active = {w: s for w, s in workers.items() if w not in self.lost and s.reports >= c.min_reports}
         if len(self.judged) < self.num_workers:
@@ -182,14 +188,19 @@ class Controller:
         amp: dict[int, bool] = {}
         if c.amp:
             on_before = {w: self.amp.enabled(w) for w in self.amp.workers}  # the others were never on
+            if c.batch:
+                self._skip_redundant_amp(detection.stragglers, active, per_sample, held, events)
             for d in self.amp.decide(period, detection.stragglers, {w: s.per_sample_s for w, s in active.items()},
                                      {w: s.amp_reports for w, s in active.items()}):
+                if c.batch and d.amp and on_before.get(d.worker, False):  # just verified: is it worth keeping?
+                    d = self._keep_amp_under_batch(d, active, per_sample, held)
                 amp[d.worker] = d.amp
+                self.speeds.forget(d.worker)  # a known change of speed: the next measurement is taken as is
                 events.append({"kind": "amp", "worker": d.worker, "amp": d.amp, "reason": d.reason})
                 if c.batch and d.amp and not on_before.get(d.worker, False):
                     held.add(d.worker)  # just switched on: its speed is unknown until verified
                 elif c.batch and not d.amp:
-                    per_sample[d.worker] *= speedups.get(d.worker, 1.0)  # off again: back to its speed without AMP
+                    per_sample[d.worker] *= speedups.get(d.worker, d.speedup)  # off again: back to its speed without AMP
 
         batch: dict[int, int] = {}
         if c.batch and len(active) - len(held & set(active)) >= 2:
@@ -245,33 +256,83 @@ class Controller:
             return without_workers(current, gone)
         return None
 
+    def _sizer(self, workers: list[int], held: Mapping[int, int], comm_s: Mapping[int, float]) -> tuple[Sizes, int]:
+        """The batch solver over `workers` for the global batch left after the `held` workers' sizes."""
+        c = self.config.batching
+        global_batch = self.base_batch * (len(workers) + len(held)) - sum(held.values())
+
+        def sizes_for(per_sample_s: Mapping[int, float]) -> dict[int, int]:
+            return solve_batch_sizes({w: per_sample_s[w] for w in workers}, global_batch, fixed_s=comm_s,
+                                     min_batch=c.min_batch, max_batch=max(c.min_batch, int(self.base_batch * c.max_factor)))
+        return sizes_for, global_batch
+
     def _batch_sizes(self, active: Mapping[int, WorkerSummary], per_sample_s: Mapping[int, float], held: Mapping[int, int],
                      events: list[dict[str, Any]]) -> dict[int, int]:
-        """Split the global batch left after the `held` workers' sizes over the `active` ones by speed."""
+        """Split the global batch left after the `held` workers' sizes over the `active` ones by speed: their
+        smoothed reference speeds (star.policy.speeds), and only for a gain that repays the change."""
         c = self.config.batching
         workers = sorted(active)
-        global_batch = self.base_batch * (len(workers) + len(held)) - sum(held.values())
-        per_sample = {w: per_sample_s[w] for w in workers}
+        moved = self.speeds.observe({w: per_sample_s[w] for w in workers})
+        per_sample = self.speeds.reference(workers)
         fixed = {w: active[w].comm_s for w in workers}
+        sizes_for, global_batch = self._sizer(workers, held, fixed)
         try:
-            proposed = solve_batch_sizes(
-                per_sample,
-                global_batch,
-                fixed_s=fixed,
-                min_batch=c.min_batch,
-                max_batch=max(c.min_batch, int(self.base_batch * c.max_factor)),
-            )
+            proposed = sizes_for(per_sample)
         except BatchPlanError as exc:
             events.append({"kind": "batch_skipped", "reason": str(exc)})
             return {}
         current = {w: self.batch_sizes.get(w, self.base_batch) for w in workers}
-        if not worth_changing(current, proposed, per_sample, fixed, c.min_gain):
+        gain, required = predicted_gain(current, proposed, per_sample, fixed), c.required_gain()
+        if proposed == current or gain < required:
             return {}
         self.batch_sizes.update(proposed)
         events.append({"kind": "batch_sizes", "sizes": {str(w): b for w, b in proposed.items()},
-                       "per_sample_ms": {str(w): round(active[w].per_sample_s * 1e3, 4) for w in workers},
-                       "reason": f"balance iteration times under a global batch of {global_batch}"})
+                       "per_sample_ms": {str(w): round(per_sample[w] * 1e3, 4) for w in workers},
+                       "speeds_moved": {str(m.worker): [None if m.old_s is None else round(m.old_s * 1e3, 4),
+                                                        round(m.new_s * 1e3, 4)] for m in moved},
+                       "predicted_gain": round(gain, 3), "required_gain": round(required, 3),
+                       "reason": f"balance iteration times under a global batch of {global_batch}: predicted "
+                                 f"{gain:.1%} faster iterations >= {required:.0%} (min gain, or a change's cost repaid)"})
         return proposed
+
+    def _amp_added_gain(self, worker: int, plain_s: Mapping[int, float], active: Mapping[int, WorkerSummary],
+                        held: set[int], speedup: float):
+        """What AMP at `speedup` on `worker` adds to batch sizing alone (None: cannot be judged now)."""
+        workers = sorted(w for w in active if w not in held)
+        if worker not in workers or len(workers) < 2:
+            return None
+        sizes_for, _ = self._sizer(workers, {w: self.batch_sizes.get(w, self.base_batch) for w in held},
+                                   {w: active[w].comm_s for w in workers})
+        try:
+            return amp_gain_under_batch({w: plain_s[w] for w in workers}, {w: active[w].comm_s for w in workers},
+                                        worker, speedup, sizes_for)
+        except BatchPlanError:
+            return None
+
+    def _skip_redundant_amp(self, stragglers: frozenset[int], active: Mapping[int, WorkerSummary],
+                            per_sample: Mapping[int, float], held: set[int], events: list[dict[str, Any]]) -> None:
+        """Do not try AMP on a straggler that batch sizes alone balance about as well as even a best-case AMP would."""
+        best = self.config.amp_policy.assumed_speedup
+        for w in sorted(stragglers):
+            if self.amp.workers.get(w) is not None and self.amp.workers[w].state is not AmpState.OFF:
+                continue
+            added = self._amp_added_gain(w, per_sample, active, held, best)
+            if added is not None and added.gain < self.config.amp_policy.min_gain:
+                self.amp.mark_redundant(w)
+                events.append({"kind": "amp_skipped", "worker": w, "amp": False,
+                               "reason": added.explain(w, best, self.config.amp_policy.min_gain, measured=False)})
+
+    def _keep_amp_under_batch(self, d: AmpDecision, active: Mapping[int, WorkerSummary], per_sample: Mapping[int, float],
+                              held: set[int]) -> AmpDecision:
+        """A verified AMP switch stays only if it beats batch sizes alone by min_gain (measured speed-up)."""
+        speedup = self.amp.speedup(d.worker)
+        plain = {**per_sample, d.worker: per_sample[d.worker] * speedup}
+        added = self._amp_added_gain(d.worker, plain, active, held, speedup)
+        if added is None or added.gain >= self.config.amp_policy.min_gain:
+            return d
+        self.amp.mark_redundant(d.worker)
+        return AmpDecision(d.worker, False, added.explain(d.worker, speedup, self.config.amp_policy.min_gain, measured=True),
+                           speedup)
 
     def _plan(self, period: int, current: SyncPlan, active: Mapping[int, WorkerSummary], stragglers: frozenset[int],
               b_noise: float, events: list[dict[str, Any]]) -> SyncPlan | None:

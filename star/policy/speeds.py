@@ -1,0 +1,70 @@
+"""The per-worker speeds batch sizing acts on: smoothed, with hysteresis.
+
+Each decision brings every worker's recent per-sample compute time (a median over its
+latest reports). Fed straight into the batch solver, the noise in those medians — and the
+feedback of a worker's own batch size on its per-sample time (fixed per-iteration costs
+spread over fewer or more samples) — makes the sizes churn. So the solver sees a
+reference speed per worker that moves only when the worker's smoothed time (an EMA) has
+stayed outside a band around the reference for `confirm` decisions in a row; then the
+reference jumps to the smoothed time. Noisy but stationary speeds never move it; a real
+change moves it after `confirm` decisions. Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class SpeedChange:
+    worker: int
+    old_s: float | None  # the reference it had (None: first measurement)
+    new_s: float
+
+
+@dataclass
+class _Track:
+    ema_s: float
+    reference_s: float
+    outside: int = 0  # decisions in a row with the EMA outside the band, on the same side
+    side: int = 0  # +1 slower than the reference, -1 faster
+
+
+@dataclass
+class SpeedTracker:
+    """EMA + hysteresis band per worker. `alpha`: weight of a new measurement in the EMA
+    (1: none); `band`: relative distance from the reference that counts as a change;
+    `confirm`: decisions in a row outside the band before the reference moves."""
+
+    alpha: float = 0.3
+    band: float = 0.15
+    confirm: int = 2
+    tracks: dict[int, _Track] = field(default_factory=dict)
+
+    def observe(self, per_sample_s: Mapping[int, float]) -> list[SpeedChange]:
+        """Fold in one decision's measurements; returns the references that moved."""
+        changes = []
+        for w, s in sorted(per_sample_s.items()):
+            track = self.tracks.get(w)
+            if track is None:
+                self.tracks[w] = _Track(s, s)
+                changes.append(SpeedChange(w, None, s))
+                continue
+            track.ema_s = self.alpha * s + (1 - self.alpha) * track.ema_s
+            ratio = track.ema_s / track.reference_s
+            side = 1 if ratio > 1 + self.band else -1 if ratio < 1 / (1 + self.band) else 0
+            track.outside = track.outside + 1 if side and side == track.side else (1 if side else 0)
+            track.side = side
+            if track.outside >= self.confirm:
+                changes.append(SpeedChange(w, track.reference_s, track.ema_s))
+                track.reference_s, track.outside, track.side = track.ema_s, 0, 0
+        return changes
+
+    def reference(self, workers: Mapping[int, float] | list[int]) -> dict[int, float]:
+        """The reference per-sample time of each of `workers` (all observed before)."""
+        return {w: self.tracks[w].reference_s for w in workers}
+
+    def forget(self, worker: int) -> None:
+        """A known regime change (AMP toggled, worker lost or rejoined): its next measurement is taken as is."""
+        self.tracks.pop(worker, None)

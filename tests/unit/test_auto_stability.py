@@ -1,0 +1,107 @@
+"""auto's batch + AMP mechanism on synthetic report streams: no churn on noise, a response to
+real change, and never keeping a combination that does worse than one of its parts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from star.plan import ssgd
+from star.policy.amp import AmpState
+from star.policy.batch import BatchConfig
+from star.policy.controller import ControlConfig, Controller, for_strategy, WorkerSummary
+from star.policy.speeds import SpeedTracker
+
+
+def summaries(per_sample: dict[int, float], amp_reports: dict[int, int] | None = None) -> dict[int, WorkerSummary]:
+    return {w: WorkerSummary(t, 0.002, 32, (amp_reports or {}).get(w, 0), 8) for w, t in per_sample.items()}
+
+
+def run_stream(controller: Controller, workers: int, speeds_at, decisions: int, noise_cv: float, seed: int = 0):
+    """Drive the controller with noisy per-sample times (lognormal, `noise_cv`) around speeds_at(period)."""
+    rng = np.random.default_rng(seed)
+    plan, out = ssgd(range(workers), epoch=1), []
+    for period in range(decisions):
+        noisy = {w: t * float(rng.lognormal(0.0, noise_cv)) for w, t in speeds_at(period).items()}
+        out.append(controller.decide(period, plan, summaries(noisy)))
+    return out
+
+
+def resizes(decisions) -> list[int]:
+    return [i for i, d in enumerate(decisions) if d.batch_sizes]
+
+
+STRAGGLED = {0: 1e-3, 1: 1e-3, 2: 1e-3, 3: 3e-3}
+
+
+def test_noisy_but_stationary_speeds_cause_no_resizes_after_the_first():
+    controller = Controller(for_strategy(ControlConfig(), "batch"), 4, 32)
+    decisions = run_stream(controller, 4, lambda p: STRAGGLED, 120, noise_cv=0.08)
+    assert resizes(decisions) == [0]
+    assert decisions[0].batch_sizes[3] < 20  # the straggler's share went down once, and stayed
+
+
+def test_without_smoothing_and_hysteresis_the_same_stream_churns():
+    """The control for the test above: it can fail, and this is what it would look like."""
+    raw = ControlConfig(batching=BatchConfig(speed_alpha=1.0, speed_band=0.0, speed_confirm=1, min_gain=0.0,
+                                             change_cost_iters=0.0))
+    controller = Controller(for_strategy(raw, "batch"), 4, 32)
+    assert len(resizes(run_stream(controller, 4, lambda p: STRAGGLED, 120, noise_cv=0.08))) > 10
+
+
+def test_a_real_speed_change_resizes_within_a_few_decisions():
+    controller = Controller(for_strategy(ControlConfig(), "batch"), 4, 32)
+    recovers_at = 40
+    decisions = run_stream(controller, 4, lambda p: STRAGGLED if p < recovers_at else {w: 1e-3 for w in range(4)}, 80,
+                           noise_cv=0.08)
+    after = [i for i in resizes(decisions) if i >= recovers_at]
+    assert after and after[0] <= recovers_at + 6
+    assert len(after) <= 2
+    assert max(controller.batch_sizes.values()) - min(controller.batch_sizes.values()) <= 6  # even again
+    moved = next(e for e in decisions[after[0]].events if e["kind"] == "batch_sizes")
+    assert "3" in moved["speeds_moved"] and moved["predicted_gain"] >= moved["required_gain"]
+
+
+def test_speed_tracker_moves_only_after_confirmed_departures_from_the_band():
+    tracker = SpeedTracker(alpha=1.0, band=0.15, confirm=2)
+    tracker.observe({0: 1.0})
+    assert tracker.observe({0: 1.3}) == []  # once outside: not yet
+    assert tracker.observe({0: 1.0}) == []  # back inside: the count restarts
+    assert tracker.observe({0: 1.3}) == [] and [c.new_s for c in tracker.observe({0: 1.3})] == [1.3]
+    assert tracker.reference([0]) == {0: 1.3}
+
+
+def test_auto_does_not_try_amp_where_batch_sizes_alone_balance_the_straggler():
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    decisions = [controller.decide(p, plan, summaries({0: 1e-3, 1: 1e-3, 2: 1.5e-3, 3: 3e-3})) for p in range(6)]
+    assert all(d.amp == {} for d in decisions)
+    skipped = [e for d in decisions for e in d.events if e["kind"] == "amp_skipped"]
+    assert len(skipped) == 1 and skipped[0]["worker"] == 3 and "not tried" in skipped[0]["reason"]
+
+
+def test_auto_undoes_a_verified_amp_that_adds_too_little_to_batch_sizes():
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 3, 32)
+    plan = ssgd(range(3), epoch=1)
+    plain = {0: 1e-3, 1: 1e-3, 2: 3e-3}
+    first = [controller.decide(p, plan, summaries(plain)) for p in range(2)]
+    assert first[1].amp == {2: True}  # a 2x speed-up could have paid off: tried
+    with_amp = {**plain, 2: 3e-3 / 1.15}  # measured: only 1.15x (AMP's own check, 10%, passes)
+    later = [controller.decide(p, plan, summaries(with_amp, {2: 8})) for p in range(2, 5)]
+    undone = [d for d in later if d.amp]
+    assert len(undone) == 1 and undone[0].amp == {2: False}
+    event = next(e for e in undone[0].events if e["kind"] == "amp")
+    assert "undone" in event["reason"] and "measured 1.15x" in event["reason"]
+    assert controller.amp.workers[2].state is AmpState.REDUNDANT
+    # not retried while it stays a straggler
+    assert not any(controller.decide(p, plan, summaries(plain)).amp for p in range(5, 12))
+
+
+def test_auto_keeps_a_verified_amp_that_beats_batch_sizes_alone():
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 3, 32)
+    plan = ssgd(range(3), epoch=1)
+    plain = {0: 1e-3, 1: 1e-3, 2: 3e-3}
+    [controller.decide(p, plan, summaries(plain)) for p in range(2)]
+    later = [controller.decide(p, plan, summaries({**plain, 2: 1.5e-3}, {2: 8})) for p in range(2, 5)]
+    verified = [d for d in later if d.amp]
+    assert verified and verified[0].amp == {2: True}
+    assert controller.amp.workers[2].state is AmpState.ON
