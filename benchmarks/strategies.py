@@ -28,7 +28,7 @@ from pathlib import Path
 from star.config import from_dict, JobConfig
 from star.launch import launch
 from star.traces import Trace, write_simple_csv
-from star.tta import bootstrap_median, bootstrap_ratio, coefficient_of_variation
+from star.tta import bootstrap_median, bootstrap_ratio, coefficient_of_variation, median_or_none  # noqa: F401 (re-exported)
 
 STRATEGIES = ("ssgd", "asgd", "kofn", "grouped", "exclude", "amp", "batch", "auto")
 

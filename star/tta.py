@@ -92,6 +92,11 @@ def _as_array(values: Sequence[float | None]) -> np.ndarray:
     return np.array([math.inf if v is None else float(v) for v in values], dtype=np.float64)
 
 
+def median_or_none(values: Sequence[float | None]) -> float | None:
+    """The median, a miss (None) counting as +inf: None when half or more of the runs missed."""
+    return _finite_or_none(float(np.median(_as_array(values)))) if len(values) else None
+
+
 def bootstrap_median(values: Sequence[float | None], level: float = 0.9, resamples: int = 2000, seed: int = 0) -> Interval:
     """Median and percentile-bootstrap `level` interval of the median. None values are misses
     (+inf): a bound that is a miss is None. With n runs the interval can only be made of
@@ -102,7 +107,7 @@ def bootstrap_median(values: Sequence[float | None], level: float = 0.9, resampl
     rng = np.random.default_rng(seed)
     medians = np.median(x[rng.integers(0, len(x), size=(resamples, len(x)))], axis=1)
     lo, hi = _quantiles(medians, level)
-    return Interval(_finite_or_none(float(np.median(x))), _finite_or_none(lo), _finite_or_none(hi))
+    return Interval(median_or_none(values), _finite_or_none(lo), _finite_or_none(hi))
 
 
 def bootstrap_ratio(numerator: Sequence[float | None], denominator: Sequence[float | None], level: float = 0.9,

@@ -15,6 +15,7 @@ from star.tta import (
     EvalConfig,
     EvalPoint,
     first_reaching,
+    median_or_none,
     next_version,
     reached,
 )
@@ -87,3 +88,9 @@ def test_coefficient_of_variation():
     assert coefficient_of_variation([10.0, 10.0, 10.0]) == 0.0
     assert coefficient_of_variation([9.0, 11.0]) == pytest.approx(math.sqrt(2) / 10)
     assert coefficient_of_variation([5.0]) is None
+
+
+def test_median_counts_misses_as_infinite():
+    assert median_or_none([3.0, None, 1.0]) == 3.0
+    assert median_or_none([3.0, None, None, 1.0]) is None
+    assert median_or_none([]) is None
