@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             })
             print(f"    reached={result['reached']} tta_s={result['tta_s']} updates_to_target={result.get('updates_to_target')} "
                   f"detections={raw[-1]['detections']} batch_resizes={raw[-1]['batch_resizes']}", file=sys.stderr)
-    write_csv(out / "runs.csv", raw)
+            write_csv(out / "runs.csv", raw)  # after every run: an interrupted benchmark keeps what it measured
     rows = summarise(raw, [name for _, _, name in runs], args.level)
     write_csv(out / "summary.csv", rows)
     columns = list(rows[0])

@@ -20,6 +20,7 @@ from star.config import from_dict, JobConfig
 from star.launch import launch
 from star.plan import asgd, kofn, ssgd
 from star.rpc.ps_client import PSClient
+from star.tta import EvalConfig
 
 pytestmark = pytest.mark.integration
 
@@ -58,11 +59,13 @@ def test_two_ps_four_workers_reach_the_digits_target(tmp_path, mode):
     if mode in TREE_FANOUT:
         _assert_rounds_came_in_tree_pushes(result)
     assert result["reached"], f"{mode}: final {result['final_metric']} after {result['train_s']} s"
-    assert result["final_metric"] >= MODE_TARGETS[mode]
     assert result["iterations"] > 0 and result["updates"] > 0
     _assert_every_gradient_accounted_for(result)
     curve = (tmp_path / "curve.csv").read_text().splitlines()
     assert curve[0] == "time_s,version,metric" and len(curve) > 1
+    last = [float(line.split(",")[2]) for line in curve[-EvalConfig().smoothing:]]  # the target is on their mean
+    assert sum(last) / len(last) >= MODE_TARGETS[mode]
+    assert result["updates_to_target"] == int(curve[-1].split(",")[1]) and result["s_per_update"] > 0
     kinds = [json.loads(line)["kind"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert "plan" in kinds and "target_reached" in kinds
 
