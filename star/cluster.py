@@ -80,13 +80,17 @@ class ClusterView:
         """
         reports = [r for history in self.reports.values() for r in history]
         if not reports:
-            return {"compute_s_median": None, "comm_s_median": None, "compute_to_comm": None}
+            return {"compute_s_median": None, "comm_s_median": None, "compute_to_comm": None, "compute_s_cv": None}
         compute = statistics.median(r.compute_s for r in reports)
         comm = 2 * statistics.median(r.push_s for r in reports)
+        spreads = [statistics.pstdev(times) / statistics.fmean(times) for times in
+                   ([r.compute_s for r in history] for history in self.reports.values()) if len(times) >= 2 and statistics.fmean(times) > 0]
         return {
             "compute_s_median": round(compute, 5),
             "comm_s_median": round(comm, 5),
             "compute_to_comm": round(compute / comm, 2) if comm > 0 else None,
+            # per-iteration noise: each worker's coefficient of variation of compute seconds, median over workers
+            "compute_s_cv": round(statistics.median(spreads), 4) if spreads else None,
         }
 
     def max_iteration(self) -> int:

@@ -4,7 +4,12 @@
 reads its result.json, curve.csv and events.jsonl, and `fit` (pure) turns them into
 [cost] and [convergence] tables that `star sim --calibration FILE` merges under its
 config:
-- base_compute_s: median worker compute seconds per iteration (coordinator reports);
+- base_compute_s: median worker compute seconds per iteration (coordinator reports), as
+  if computing alone: the job's workers share this host's cores (host_cores =
+  os.cpu_count(), workers_per_host = workers), so a round's compute is stretched by
+  workers / cores and the fit divides it out;
+- compute_noise_cv: per worker, the coefficient of variation of its compute seconds
+  (median over workers; the coordinator's compute_s_cv);
 - transfers: median push seconds (x2 for push+pull) over the model's real bytes;
 - overhead_s: seconds per SSGD round (slope of time vs version on the curve) not
   explained by compute + transfers (RPC, Python, a busy 2-core host: the residual);
@@ -25,6 +30,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +38,11 @@ from star.config import JobConfig
 
 
 def fit(result: dict[str, Any], curve: list[tuple[float, int, float]], events: list[dict[str, Any]],
-        model_bytes: float, amp_time_factor: float, batch_size: int, higher_is_better: bool = True) -> dict[str, dict[str, float]]:
+        model_bytes: float, amp_time_factor: float, batch_size: int, higher_is_better: bool = True,
+        host_cores: float = 0.0, workers: int = 1) -> dict[str, dict[str, float]]:
     """[cost] and [convergence] tables from one clean SSGD run (see the module docstring)."""
     compute_s = float(result["compute_s_median"])
+    stretch = max(1.0, workers / host_cores) if host_cores > 0 else 1.0  # a released round's workers share the cores
     comm_s = float(result["comm_s_median"])
     target = float(result["target"])
     updates = target_updates(result, events)
@@ -46,13 +54,15 @@ def fit(result: dict[str, Any], curve: list[tuple[float, int, float]], events: l
     final = min(1.0, best + margin) if higher_is_better else max(0.0, best - margin)
     return {
         "cost": {
-            "base_compute_s": round(compute_s, 6),
+            "base_compute_s": round(compute_s / stretch, 6),
             "base_batch": int(batch_size),
             "amp_time_factor": round(amp_time_factor, 4),
             "model_bytes": float(model_bytes),
             "bandwidth_bytes_per_s": round(model_bytes / (comm_s / 2), 1),
             "latency_s": 0.0,
             "overhead_s": round(max(0.0, round_s - compute_s - comm_s), 6),
+            "compute_noise_cv": round(float(result.get("compute_s_cv") or 0.0), 4),
+            **({"host_cores": float(host_cores), "workers_per_host": int(workers)} if host_cores > 0 else {}),
         },
         "convergence": {
             "updates_to_target": updates,
@@ -134,7 +144,8 @@ def run_calibration(task: str, out: str, workers: int = 4, ps: int = 2, seed: in
     task_obj = get_task(task)
     model_bytes = FlatModel(task_obj.build_model(seed)).numel * 4.0
     tables = fit(*read_run(out_path / "ssgd"), model_bytes=model_bytes, amp_time_factor=amp_factor(task),
-                 batch_size=job.batch_size or task_obj.default_batch_size, higher_is_better=task_obj.higher_is_better)
+                 batch_size=job.batch_size or task_obj.default_batch_size, higher_is_better=task_obj.higher_is_better,
+                 host_cores=float(os.cpu_count() or 1), workers=workers)  # every process of the job runs on this host
     tables["measured"] = {"task": task, "workers": workers, "ps": ps, "seed": seed, "tta_s": round(result["tta_s"], 4),
                           "updates": result["updates"]}
     if asgd:
