@@ -26,11 +26,11 @@ from pathlib import Path
 from importlib import resources
 from typing import Any
 
-from benchmarks.bench import (CLEAN, BenchConfig, TraceSpec, compare_with_real, read_real_summary, run_sim,
+from benchmarks.bench import (CLEAN, REAL_RUN_NAMES, BenchConfig, TraceSpec, compare_with_real, read_real_summary, run_sim,
                               sim_vs_real_table, summary_rows)
 from benchmarks.strategies import median_or_none
 from star.config import load_toml
-from star.sim.compare import agreement, agreement_table
+from star.sim.compare import agreement, agreement_table, seed_agreement
 
 
 @dataclass(frozen=True)
@@ -82,12 +82,42 @@ def scaled_cost(cost: dict[str, Any], factor: float) -> dict[str, Any]:
     return out
 
 
+def _read_runs(runs_csv: Path) -> list[dict[str, str]]:
+    with open(runs_csv, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _reached(row: dict[str, str]) -> bool:
+    return row["reached"] in ("True", "true", "1") and bool(row["tta_s"])
+
+
 def seed_anchors(runs_csv: Path) -> dict[int, tuple[float, float]]:
     """seed -> (TTA s, updates) of the real clean SSGD run with that seed (runs.csv of benchmarks.strategies)."""
-    with open(runs_csv, newline="") as handle:
+    return {int(r["seed"]): (float(r["tta_s"]), float(r["updates"])) for r in _read_runs(runs_csv)
+            if r["run"] == "clean" and _reached(r) and r["updates"]}
+
+
+def real_ranges(summary: Path) -> dict[str, dict[str, float | None]]:
+    """strategy -> {real_lo_s, real_hi_s}: the real TTA range over seeds (tta_lo_s/tta_hi_s, else tta_min_s/tta_max_s)."""
+    with open(summary, newline="") as handle:
         rows = list(csv.DictReader(handle))
-    return {int(r["seed"]): (float(r["tta_s"]), float(r["updates"])) for r in rows
-            if r["run"] == "clean" and r["reached"] in ("True", "true", "1") and r["tta_s"] and r["updates"]}
+    out = {}
+    for r in rows:
+        lo, hi = (r.get("tta_lo_s"), r.get("tta_hi_s")) if "tta_lo_s" in r else (r.get("tta_min_s"), r.get("tta_max_s"))
+        if r.get("run") == "auto-clean" or lo is None:
+            continue
+        strategy = REAL_RUN_NAMES.get(r["run"], r["run"]) if "run" in r else r["strategy"]
+        out[strategy] = {"real_lo_s": float(lo) if lo else None, "real_hi_s": float(hi) if hi else None}
+    return out
+
+
+def per_seed_ttas(runs_csv: Path) -> dict[int, dict[str, float | None]]:
+    """seed -> {run name: TTA (None: missed)} of the strategies on the trace (not clean, not auto-clean)."""
+    out: dict[int, dict[str, float | None]] = {}
+    for r in _read_runs(runs_csv):
+        if r["run"] not in ("clean", "auto-clean"):
+            out.setdefault(int(r["seed"]), {})[r["run"]] = float(r["tta_s"]) if _reached(r) else None
+    return out
 
 
 def simulate_case(case: Case, strategies: list[str], config: BenchConfig, seeds: int, out: Path) -> list[dict[str, Any]]:
@@ -127,14 +157,22 @@ def compare_cases(cases: list[Case], config: BenchConfig, seeds: int, out: Path)
         real = [{**r, "trace": case.name} for r in read_real_summary(Path(case.summary))]
         strategies = [r["strategy"] for r in real]
         sim = simulate_case(case, strategies, config, seeds, out)
-        compared += compare_with_real(sim, real)
-    return compared, agreement(compared)
+        ranges = real_ranges(Path(case.summary))
+        compared += [{**c, **ranges.get(c["strategy"], {})} for c in compare_with_real(sim, real)]
+    agree = agreement(compared)
+    by_name = {case.name: Path(case.summary).with_name("runs.csv") for case in cases}
+    for row in agree:
+        runs_csv = by_name[row["trace"]]
+        row["seed_tau"] = seed_agreement(per_seed_ttas(runs_csv)) if runs_csv.is_file() else None
+    return compared, agree
 
 
 def report(compared: list[dict[str, Any]], agree: list[dict[str, Any]], cases: list[Case], config: BenchConfig, seeds: int) -> str:
     calibration = config.calibration or f"{config.task} (shipped)"
-    lines = [f"# Simulator vs real runs\n\nSimulated: {config.workers} workers, calibration {calibration}, median of {seeds} "
-             "seed(s) per strategy. Real: the medians of each case's summary.csv:\n"]
+    lines = [f"# Simulator vs real runs\n\nSimulated: {config.workers} workers, calibration {calibration}, median TTA over the "
+             f"real runs' seeds, each paired with that seed's real clean SSGD (its updates to target and time scale; "
+             f"{seeds} unpaired seeds where no runs.csv lies beside the summary). Real: the medians of each case's "
+             "summary.csv. Clean SSGD is the reference, left out of the ranking and of the mean errors:\n"]
     lines += [f"- {c.name}: `{c.summary}` (trace `{c.trace}`"
               + (f", workers {c.trace_workers}" if c.trace_workers else "") + f", stretch {c.stretch})" for c in cases]
     lines += ["", "## Ranking and error per trace", "", agreement_table(agree), "## Per run", "", sim_vs_real_table(compared)]

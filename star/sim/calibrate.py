@@ -15,6 +15,8 @@ config:
   explained by compute + transfers (RPC, Python, a busy 2-core host: the residual);
 - updates_to_target: the version at which the target was reached;
 - amp_time_factor: bf16-autocast / fp32 step time of the task, timed in-process;
+- resize_s: base_compute_s x the extra time of a first step at a new batch size over a
+  steady one (`resize_cost_ratio`, timed in-process);
 - staleness_penalty (convergence): from a second, clean ASGD run of the same job — the
   value of p for which the model's progress per ASGD update, averaged over the staleness
   histogram the PSs measured, reaches the target in as many updates as the real run
@@ -31,6 +33,7 @@ import csv
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +131,38 @@ def amp_factor(task_name: str, threads: int = 1) -> float:
     return time_step(task, True) / time_step(task, False)
 
 
+def resize_cost_ratio(task_name: str, base_batch: int, threads: int = 1, changes: int = 8, repeats: int = 5) -> float:
+    """Extra time of the first step at a batch size the process has not run yet (what a worker pays when
+    the coordinator resizes its batch), as a fraction of a later step at that size: median over `changes`
+    sizes, timed in this process. A ratio, so it holds however busy the machine is while timing."""
+    import torch
+
+    from star.tasks import get_task
+    from star.tasks.sharding import BatchStream
+
+    torch.set_num_threads(threads)
+    task = get_task(task_name)
+    model = task.build_model(0)
+    stream = BatchStream(task.train, 0, 1, 0)
+
+    def step_s(batch: int) -> float:
+        inputs, targets = stream.next_batch(batch)
+        start = time.perf_counter()
+        model.zero_grad(set_to_none=True)
+        task.loss_fn(model(inputs), targets).backward()
+        return time.perf_counter() - start
+
+    for _ in range(3):
+        step_s(base_batch)
+    extra = []
+    for i in range(changes):
+        size = max(1, base_batch + (i + 1) * (-1) ** i * 3)  # 67, 58, 73, ...: sizes not run before
+        first = step_s(size)
+        steady = sorted(step_s(size) for _ in range(repeats))[repeats // 2]
+        extra.append((first - steady) / steady)
+    return max(0.0, sorted(extra)[len(extra) // 2])
+
+
 def run_calibration(task: str, out: str, workers: int = 4, ps: int = 2, seed: int = 0, max_time_s: float = 150.0,
                     progress=None, asgd: bool = True) -> dict[str, Any]:
     """Launch a clean SSGD job (and, with `asgd`, a clean ASGD one for the staleness penalty), fit, and
@@ -146,6 +181,7 @@ def run_calibration(task: str, out: str, workers: int = 4, ps: int = 2, seed: in
     tables = fit(*read_run(out_path / "ssgd"), model_bytes=model_bytes, amp_time_factor=amp_factor(task),
                  batch_size=job.batch_size or task_obj.default_batch_size, higher_is_better=task_obj.higher_is_better,
                  host_cores=float(os.cpu_count() or 1), workers=workers)  # every process of the job runs on this host
+    tables["cost"]["resize_s"] = round(resize_cost_ratio(task, tables["cost"]["base_batch"]) * tables["cost"]["base_compute_s"], 6)
     tables["measured"] = {"task": task, "workers": workers, "ps": ps, "seed": seed, "tta_s": round(result["tta_s"], 4),
                           "updates": result["updates"]}
     if asgd:

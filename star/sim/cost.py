@@ -75,17 +75,19 @@ class CostModel:
     def start(self, workers: np.ndarray, t0: np.ndarray, iterations: np.ndarray, amp: np.ndarray,
               batch: np.ndarray) -> np.ndarray:
         """Compute seconds of the iterations the workers start at times t0 (contention, resizes and slowdown included)."""
-        elapsed = t0 - self.last_start[workers]
-        seen = elapsed > 0
-        self.duty[workers[seen]] = np.minimum(1.0, self.last_cpu[workers[seen]] / elapsed[seen])
-        cpu = self._cpu_s(amp, batch) * self.stretch(workers, t0)
+        cpu = self._cpu_s(amp, batch)
+        if self.config.host_cores > 0:  # bookkeeping only where it is used: 1,000-worker runs stay as fast
+            elapsed = t0 - self.last_start[workers]
+            seen = elapsed > 0
+            self.duty[workers[seen]] = np.minimum(1.0, self.last_cpu[workers[seen]] / elapsed[seen])
+            cpu = cpu * self.stretch(workers, t0)
+            self.last_start[workers] = t0
+            self.last_cpu[workers] = cpu
         compute = cpu * self.factors.factors(workers, iterations)
         if self.config.resize_s > 0:
             resized = (self.last_batch[workers] > 0) & (self.last_batch[workers] != batch)
             compute = compute + self.config.resize_s * resized
-        self.last_start[workers] = t0
-        self.last_cpu[workers] = cpu
-        self.last_batch[workers] = batch
+            self.last_batch[workers] = batch
         return compute
 
     def fixed_s(self) -> float:

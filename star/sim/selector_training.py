@@ -58,6 +58,13 @@ class Scenario:
     comm_ratio: float  # push+pull seconds / base compute seconds
     overhead_ratio: float  # other per-iteration seconds / base compute seconds
     seed: int  # the simulation's noise seed
+    workers_per_host: int = 1  # workers sharing one host's cores
+    cores_per_worker: float = 0.0  # a host's cores / its workers (0: every worker has its own, no contention)
+
+    @property
+    def sync_stretch(self) -> float:
+        """How much slower a worker computes when a synchronous round releases its whole host at once."""
+        return max(1.0, 1.0 / self.cores_per_worker) if self.cores_per_worker > 0 else 1.0
 
 
 BASE_COMPUTE_S = 0.1
@@ -65,7 +72,7 @@ BASE_BATCH = 64
 
 
 def sample_scenarios(count: int, seed: int, min_workers: int = 4, max_workers: int = 64) -> list[Scenario]:
-    """A seeded mix of clean, static, few-straggler and heavy-tailed clusters."""
+    """A seeded mix of clean, static, few-straggler and heavy-tailed clusters, some on shared hosts."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(count):
@@ -87,15 +94,24 @@ def sample_scenarios(count: int, seed: int, min_workers: int = 4, max_workers: i
             comm_ratio=float(math.exp(rng.uniform(math.log(0.01), math.log(1.0)))),
             overhead_ratio=float(rng.uniform(0.0, 0.8)),
             seed=int(seed * 100_003 + i),
+            **_host(rng),
         ))
     return out
 
 
+def _host(rng: np.random.Generator) -> dict[str, Any]:
+    """A third of the clusters pack 2-8 workers on hosts with fewer cores than workers (one core each otherwise)."""
+    if rng.random() >= 1 / 3:
+        return {}
+    return {"workers_per_host": int(rng.choice([2, 4, 8])), "cores_per_worker": float(rng.uniform(0.25, 1.0))}
+
+
 def scenario_inputs(s: Scenario) -> tuple[dict[int, float], dict[int, float], dict[int, int], frozenset[int], float]:
-    """What the controller would see: iteration times (comm + compute), comm, batches, stragglers, B_noise."""
+    """What the controller would see under SSGD: iteration times (comm + compute), comm, batches, stragglers, B_noise."""
     comm = s.comm_ratio * BASE_COMPUTE_S
-    per_sample = {w: BASE_COMPUTE_S * f / BASE_BATCH for w, f in enumerate(s.factors)}
-    iter_time = {w: comm + BASE_COMPUTE_S * f for w, f in enumerate(s.factors)}
+    compute = BASE_COMPUTE_S * s.sync_stretch
+    per_sample = {w: compute * f / BASE_BATCH for w, f in enumerate(s.factors)}
+    iter_time = {w: comm + compute * f for w, f in enumerate(s.factors)}
     stragglers = slow_now(per_sample, DetectorConfig())
     n = len(s.factors)
     return iter_time, {w: comm for w in range(n)}, {w: BASE_BATCH for w in range(n)}, stragglers, s.b_noise_ratio * n * BASE_BATCH
@@ -105,12 +121,14 @@ def measure(s: Scenario, plans: Sequence[SyncPlan], rounds: float = 60.0) -> lis
     """Simulated seconds per unit progress of each plan held fixed for about `rounds` SSGD rounds."""
     n = len(s.factors)
     trace = Trace.from_rows([(0, w, f) for w, f in enumerate(s.factors)] + [(10**6, w, f) for w, f in enumerate(s.factors)])
-    horizon = rounds * BASE_COMPUTE_S * (max(s.factors) + s.comm_ratio + s.overhead_ratio)
+    horizon = rounds * BASE_COMPUTE_S * (max(s.factors) * s.sync_stretch + s.comm_ratio + s.overhead_ratio)
+    host = {"host_cores": s.workers_per_host * s.cores_per_worker, "workers_per_host": s.workers_per_host} if s.cores_per_worker > 0 else {}
     config = sim_config({
         "workers": n, "iterations": 10**9, "stop_at_target": False, "max_time_s": horizon, "seed": s.seed,
         "plan": {"mode": "ssgd"}, "control": {"decision_period_s": horizon},
         "cost": {"base_compute_s": BASE_COMPUTE_S, "base_batch": BASE_BATCH, "model_bytes": s.comm_ratio * BASE_COMPUTE_S / 2,
-                 "bandwidth_bytes_per_s": 1.0, "overhead_s": s.overhead_ratio * BASE_COMPUTE_S, "compute_noise_cv": s.noise_cv},
+                 "bandwidth_bytes_per_s": 1.0, "overhead_s": s.overhead_ratio * BASE_COMPUTE_S, "compute_noise_cv": s.noise_cv,
+                 **host},
         "convergence": {"updates_to_target": 1e12, "eval_period_s": 0.0, "b_noise": s.b_noise_ratio * n * BASE_BATCH},
     })
     out = []

@@ -53,7 +53,7 @@ def test_training_is_deterministic_for_a_seed_and_differs_across_seeds():
 
 def test_a_decision_outside_the_training_ranges_falls_back_to_the_heuristic(small_training_set):
     model = training.fit(small_training_set, seed=0, trees=10)
-    narrow = dataclasses.replace(model, ranges={**model.ranges, "max_over_median": (1.0, 1.5)})
+    narrow = dataclasses.replace(model, ranges={**model.ranges, "workers": (1.0, 1000.0), "max_over_median": (1.0, 1.5)})
     selector = learned.LearnedSelector(model=narrow)
     decision = selector.decide(10, ssgd(range(4), epoch=1), STRAGGLER_TIMES, BATCH, frozenset({3}), 0.0,
                                comm_s={w: 0.01 for w in range(4)})

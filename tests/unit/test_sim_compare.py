@@ -7,7 +7,7 @@ import math
 import pytest
 
 from benchmarks import sim_vs_real
-from star.sim.compare import agreement, agreement_table, kendall_tau
+from star.sim.compare import agreement, agreement_table, kendall_tau, resolved_tau, seed_agreement
 
 
 def test_kendall_tau_is_one_for_the_same_order_and_minus_one_for_the_reverse():
@@ -40,11 +40,17 @@ def test_agreement_ranks_strategies_without_the_clean_reference_and_averages_abs
     rows = {r["trace"]: r for r in agreement(compared)}
     assert rows["t"]["strategies"] == 3 and rows["t"]["kendall_tau"] == pytest.approx(1.0)  # clean's 200% miss not ranked
     assert rows["t"]["mean_error_vs_clean"] == pytest.approx((0.1 + 0.1 + 0.0) / 3)
-    assert rows["t"]["mean_error"] == pytest.approx((2.0 + 0.1 + 0.1 + 0.0) / 4)
+    assert rows["t"]["mean_error"] == pytest.approx((0.1 + 0.1 + 0.0) / 3)
     assert rows["u"]["kendall_tau"] == pytest.approx(-1.0)
     assert rows["t"]["real_order"] == "asgd < kofn < ssgd"
     table = agreement_table(list(rows.values()))
     assert "| t | 3 | 1.00 | yes |" in table and "| u | 2 | -1.00 | **NO** |" in table
+
+
+def test_seed_agreement_averages_the_tau_of_every_two_seeds_rankings():
+    per_seed = {0: {"a": 1.0, "b": 2.0, "c": 3.0}, 1: {"a": 1.0, "b": 2.0, "c": 3.0}, 2: {"a": 3.0, "b": 2.0, "c": 1.0}}
+    assert seed_agreement(per_seed) == pytest.approx((1.0 - 1.0 - 1.0) / 3)
+    assert seed_agreement({0: {"a": 1.0, "b": 2.0}}) is None
 
 
 def test_scaled_cost_stretches_every_duration_and_slows_the_network():
@@ -80,3 +86,13 @@ def test_median_tta_counts_a_miss_as_slowest():
                                    {"reached": True, "tta_s": 1.0}]) == 3.0
     assert sim_vs_real.median_tta([{"reached": False, "tta_s": None}, {"reached": True, "tta_s": 1.0}]) is None
     assert not math.isnan(sim_vs_real.median_tta([{"reached": True, "tta_s": 2.0}]))
+
+
+def test_resolved_tau_judges_only_pairs_whose_real_ranges_do_not_overlap():
+    lo, hi = [10.0, 12.0, 20.0], [13.0, 15.0, 22.0]  # a and b overlap: only (a, c) and (b, c) count
+    assert resolved_tau(lo, hi, [5.0, 1.0, 9.0]) == (pytest.approx(1.0), 2)  # a/b swapped in sim: not judged
+    assert resolved_tau(lo, hi, [5.0, 9.0, 1.0]) == (pytest.approx(-1.0), 2)
+    assert resolved_tau(lo, hi, [5.0, 1.0, 3.0]) == (pytest.approx(0.0), 2)  # one pair right, one wrong
+    assert resolved_tau(lo, hi, [5.0, 5.0, 5.0]) == (pytest.approx(0.0), 2)  # sim ties score 0
+    assert resolved_tau([1.0, 1.0], [3.0, 3.0], [1.0, 2.0]) == (None, 0)
+    assert resolved_tau([1.0, None], [2.0, None], [1.0, 9.0]) == (pytest.approx(1.0), 1)  # a miss is slowest

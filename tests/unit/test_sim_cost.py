@@ -107,3 +107,18 @@ def test_cost_and_convergence_fields_are_validated_by_name():
         config(cost={"workers_per_host": 0})
     with pytest.raises(ConfigError, match="convergence.amp_update_worth"):
         config(convergence={"amp_update_worth": 1.5})
+
+
+def test_selector_training_measures_shared_host_scenarios_with_the_contention_the_controller_sees():
+    from star.plan import asgd, ssgd
+    from star.sim.selector_training import Scenario, sample_scenarios, scenario_inputs
+    from star.sim.selector_training import measure as measure_plans
+
+    own = Scenario(factors=(1.0, 1.0, 1.0, 4.0), noise_cv=0.0, b_noise_ratio=0.0, comm_ratio=0.01, overhead_ratio=0.0, seed=0)
+    shared = Scenario(**{**own.__dict__, "workers_per_host": 4, "cores_per_worker": 0.5})
+    plans = [ssgd(range(4)), asgd(range(4))]
+    (own_ssgd, own_asgd), (shared_ssgd, shared_asgd) = measure_plans(own, plans), measure_plans(shared, plans)
+    assert shared_ssgd == pytest.approx(2 * own_ssgd, rel=0.05)  # a released round shares 2 cores among 4
+    assert shared_asgd / shared_ssgd < own_asgd / own_ssgd  # the straggler's sleep frees cores for ASGD's fast workers
+    assert scenario_inputs(shared)[0][0] == pytest.approx(2 * scenario_inputs(own)[0][0], rel=0.05)
+    assert any(s.cores_per_worker > 0 for s in sample_scenarios(30, seed=0))
