@@ -28,7 +28,7 @@ from typing import Any
 
 from benchmarks.bench import (CLEAN, REAL_RUN_NAMES, BenchConfig, TraceSpec, compare_with_real, read_real_summary, run_sim,
                               sim_vs_real_table, summary_rows)
-from benchmarks.strategies import median_or_none
+from star.tta import median_or_none
 from star.config import load_toml
 from star.sim.compare import agreement, agreement_table, seed_agreement
 
