@@ -92,9 +92,14 @@ def _reached(row: dict[str, str]) -> bool:
 
 
 def seed_anchors(runs_csv: Path) -> dict[int, tuple[float, float]]:
-    """seed -> (TTA s, updates) of the real clean SSGD run with that seed (runs.csv of benchmarks.strategies)."""
-    return {int(r["seed"]): (float(r["tta_s"]), float(r["updates"])) for r in _read_runs(runs_csv)
-            if r["run"] == "clean" and _reached(r) and r["updates"]}
+    """seed -> (TTA s, updates to target) of the real clean SSGD run with that seed (runs.csv of
+    benchmarks.strategies: its updates_to_target column, or the older tables' updates)."""
+    out = {}
+    for r in _read_runs(runs_csv):
+        updates = r.get("updates_to_target") or r.get("updates")
+        if r["run"] == "clean" and _reached(r) and updates:
+            out[int(r["seed"])] = (float(r["tta_s"]), float(updates))
+    return out
 
 
 def real_ranges(summary: Path) -> dict[str, dict[str, float | None]]:

@@ -65,6 +65,9 @@ def test_seed_anchors_take_each_seeds_clean_run_and_skip_misses(tmp_path):
                     "clean,ssgd,none,0,True,20.0,0.95,60\nssgd,ssgd,x.csv,0,True,30.0,0.95,61\n"
                     "clean,ssgd,none,1,False,,0.90,99\n")
     assert sim_vs_real.seed_anchors(runs) == {0: (20.0, 60.0)}
+    runs.write_text("run,strategy,trace,seed,reached,tta_s,final_metric,updates,updates_to_target\n"
+                    "clean,ssgd,none,3,True,20.0,0.95,64,58\n")
+    assert sim_vs_real.seed_anchors(runs) == {3: (20.0, 58.0)}  # the version the target was reached at
 
 
 def test_parse_case_reads_options_and_names_a_bad_word(tmp_path):
@@ -96,3 +99,24 @@ def test_resolved_tau_judges_only_pairs_whose_real_ranges_do_not_overlap():
     assert resolved_tau(lo, hi, [5.0, 5.0, 5.0]) == (pytest.approx(0.0), 2)  # sim ties score 0
     assert resolved_tau([1.0, 1.0], [3.0, 3.0], [1.0, 2.0]) == (None, 0)
     assert resolved_tau([1.0, None], [2.0, None], [1.0, 9.0]) == (pytest.approx(1.0), 1)  # a miss is slowest
+
+
+def test_the_tool_writes_a_paired_comparison_and_refuses_a_bad_case_with_exit_2(tmp_path, capsys):
+    folder = tmp_path / "real"
+    folder.mkdir()
+    (folder / "summary.csv").write_text("run,strategy,trace,runs,reached,tta_s,tta_lo_s,tta_hi_s\n"
+                                        "clean,ssgd,none,1,1/1,6.0,6.0,6.0\nssgd,ssgd,t.csv,1,1/1,12.0,12.0,12.0\n"
+                                        "asgd,asgd,t.csv,1,1/1,8.0,8.0,8.0\n")
+    (folder / "runs.csv").write_text("run,strategy,trace,seed,reached,tta_s,updates,updates_to_target\n"
+                                     "clean,ssgd,none,0,True,6.0,20,20\nssgd,ssgd,t.csv,0,True,12.0,20,20\n"
+                                     "asgd,asgd,t.csv,0,True,8.0,80,80\n")
+    trace = tmp_path / "t.csv"
+    trace.write_text("iteration,worker,factor\n0,0,1\n0,1,1\n0,2,1\n0,3,4\n1000,3,4\n")
+    out = tmp_path / "out"
+    assert sim_vs_real.main(["--case", "t", str(folder / "summary.csv"), str(trace), "--out", str(out)]) == 0
+    text = (out / "sim_vs_real.md").read_text()
+    assert "| t | 2 |" in text and "| t | ssgd-clean | 6.000 |" in text  # 2 strategies ranked; clean anchored
+    clean_sim = float(text.split("| t | ssgd-clean | 6.000 | ")[1].split(" |")[0])
+    assert clean_sim == pytest.approx(6.0, rel=0.1)  # paired: the simulated clean run takes the real one's time
+    assert sim_vs_real.main(["--case", "t", str(folder / "summary.csv"), str(tmp_path / "missing.csv"), "--out", str(out)]) == 2
+    assert "missing.csv" in capsys.readouterr().err
