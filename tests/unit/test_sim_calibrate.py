@@ -33,3 +33,34 @@ def test_fit_divides_the_shared_cores_out_of_the_compute_time_and_records_the_ho
     own = _fit()
     assert own["base_compute_s"] == pytest.approx(0.24) and "host_cores" not in own
     assert _fit(host_cores=8.0, workers=4)["base_compute_s"] == pytest.approx(0.24)  # more cores than workers
+
+
+def test_run_calibration_writes_the_host_the_noise_and_the_resize_cost(tmp_path, monkeypatch):
+    """`star calibrate`'s path from a (faked) real run to calibration.toml: the job shares this host's cores."""
+    import json
+    import os
+
+    import star.launch
+    from star.config import load_toml
+    from star.sim import calibrate
+
+    def fake_launch(job, progress=None):
+        out = tmp_path / "c" / "ssgd"
+        out.mkdir(parents=True)
+        result = {"reached": True, "tta_s": 20.0, "updates": 60, "target": 0.95, "compute_s_median": 0.2,
+                  "comm_s_median": 0.02, "compute_s_cv": 0.1}
+        (out / "result.json").write_text(json.dumps(result))
+        (out / "curve.csv").write_text("time_s,version,metric\n0.0,0,0.1\n1.0,3,0.5\n20.0,60,0.95\n")
+        (out / "events.jsonl").write_text(json.dumps({"kind": "target_reached", "version": 60}) + "\n")
+        return result
+
+    monkeypatch.setattr(star.launch, "launch", fake_launch)
+    monkeypatch.setattr(calibrate, "amp_factor", lambda task: 0.5)
+    monkeypatch.setattr(calibrate, "resize_cost_ratio", lambda task, batch: 0.1)
+    calibrate.run_calibration("digits", str(tmp_path / "c"), workers=4, asgd=False)
+    cost = load_toml(tmp_path / "c" / "calibration.toml")["cost"]
+    cores = float(os.cpu_count() or 1)
+    assert (cost["host_cores"], cost["workers_per_host"]) == (cores, 4)
+    assert cost["base_compute_s"] == pytest.approx(0.2 / max(1.0, 4 / cores), abs=1e-6)
+    assert cost["resize_s"] == pytest.approx(0.1 * cost["base_compute_s"], abs=1e-6)
+    assert cost["compute_noise_cv"] == pytest.approx(0.1)
