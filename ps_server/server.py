@@ -11,39 +11,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import signal
 import time
-from pathlib import Path
-from dataclasses import dataclass, field
 
 import grpc
 import torch
 
+from ps_server.checkpointing import CheckpointSchedule, ShardCheckpointer
+from ps_server.config import PSConfig, Rejected, check_relay_address
+from ps_server.handover import HandOver
+from ps_server.restoring import Restoring
+from ps_server.shard import ShardState, Snapshot, all_finite
+from ps_server.transport import ChunkPayload, Mailboxes, checked_dtype
 from star.aggregate import Aggregator, Effects, PushRejected, RejectCode
-from star.config import ConfigError, OptimizerConfig, SecurityConfig
-from star.flat import MAX_CHUNK_BYTES, SEND_CHUNK_BYTES, WIRE_DTYPE, ChunkAssembler, FlatError, ShardRange, shard_ranges, tensor_chunks
+from star.flat import WIRE_DTYPE, FlatError, shard_ranges
 from star.logs import log
-from star.optim import build_optimizer
 from star.plan import PlanError, SyncPlan, tree_layout
 from star.policy.noise import NoiseAccumulator
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import (
-    CHANNEL_OPTIONS,
-    MAX_BATCH_SIZE,
-    MOVED_TO_KEY,
-    MAX_EPOCH,
-    MAX_LABEL_CHARS,
-    max_stream_chunks,
-    plan_from_proto,
-    tune_malloc,
-    address,
-    write_ready_file,
-)
-from star.rpc.security import Credentials
-from ps_server.checkpointing import CheckpointSchedule, ShardCheckpointer, capture_shard, restore_shard
-from star.checkpoint import ShardCheckpoint, shard_from_bytes, shard_to_bytes
+from star.rpc.common import MAX_BATCH_SIZE, MAX_EPOCH, MAX_LABEL_CHARS, MOVED_TO_KEY, plan_from_proto
+
+__all__ = ["PSConfig", "ParameterServer", "serve"]  # PSConfig lives in ps_server.config; imported from here too
 
 logger = logging.getLogger("ps")
 
@@ -53,99 +41,7 @@ _STATUS = {
 }
 
 
-@dataclass(frozen=True)
-class PSConfig:
-    """One parameter-server process."""
-
-    ps_index: int = 0  # which shard range of the flat vector this PS holds
-    num_ps: int = 1  # how many PSs split the flat vector
-    host: str = "127.0.0.1"  # bind address
-    port: int = 0  # 0 = an ephemeral port (written to the ready file)
-    optimizer: OptimizerConfig = OptimizerConfig(name="sgd", lr=0.1, momentum=0.9)
-    nonfinite: str = "reject"  # NaN/Inf gradients: reject (INVALID_ARGUMENT) | skip (counted, dropped)
-    threads: int = 1  # torch intra-op threads
-    max_workers: int = 65536  # worker ids this PS accepts: 0..max_workers-1 (bounds per-worker state)
-    max_model_bytes: int = 16 * 1024**3  # largest flat model (float32, all shards) a Register/Init may declare
-    stream_idle_timeout_s: float = 30.0  # a Push/Init stream silent this long is refused (frees its buffer)
-    security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS
-    checkpoint_dir: str | None = None  # write shard checkpoints here (star.checkpoint layout); None = never
-    checkpoint_every_updates: int = 0  # checkpoint after this many updates (0 = not by count)
-    checkpoint_every_s: float = 0.0  # ... or after this many seconds (0 = not by time); always at shutdown
-    job_id: str = ""  # written into every checkpoint, so shards of different jobs are never mixed
-    restore_dir: str | None = None  # start from this PS's newest checkpoint in this directory, when there is one
-    migrate_from: str | None = None  # take the shard over from the PS serving it at this address (a live move)
-    drain_timeout_s: float = 30.0  # handing the shard over: wait this long for the pushes of workers it served
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.ps_index < max(self.num_ps, 1):
-            raise ConfigError("ps_index", self.ps_index, f"must be in 0..num_ps-1 (num_ps={self.num_ps})")
-        if self.max_workers < 1:
-            raise ConfigError("max_workers", self.max_workers, "must be >= 1")
-        if self.max_model_bytes < 4:
-            raise ConfigError("max_model_bytes", self.max_model_bytes, "must be >= 4")
-        if not self.stream_idle_timeout_s > 0:
-            raise ConfigError("stream_idle_timeout_s", self.stream_idle_timeout_s, "must be > 0")
-        if self.checkpoint_every_updates < 0:
-            raise ConfigError("checkpoint_every_updates", self.checkpoint_every_updates, "must be >= 0")
-        if self.checkpoint_every_s < 0:
-            raise ConfigError("checkpoint_every_s", self.checkpoint_every_s, "must be >= 0")
-        if not self.drain_timeout_s > 0:
-            raise ConfigError("drain_timeout_s", self.drain_timeout_s, "must be > 0")
-        if self.migrate_from is not None and self.restore_dir is not None:
-            raise ConfigError("migrate_from", self.migrate_from, "a PS takes its state from a checkpoint or a live shard, not both")
-
-
-def all_finite(tensor: torch.Tensor) -> bool:
-    """Exact NaN/Inf check: a finite sum implies finite elements (NaN and Inf propagate through a sum),
-    so only a sum that overflowed needs the elementwise pass (which allocates a numel bool tensor)."""
-    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
-
-
-def _check_relay_address(relay_address: str) -> None:
-    """A worker's relay address is handed to other workers: it must be a plain host:port."""
-    if not relay_address:
-        return
-    host, _, port = relay_address.rpartition(":")
-    if len(relay_address) > MAX_LABEL_CHARS or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_relay_address",
-                        f"relay_address {relay_address[:MAX_LABEL_CHARS]!r} is not host:port")
-
-
-class _Rejected(Exception):
-    def __init__(self, code: grpc.StatusCode, reason: str, message: str):
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
-
-
-class ShardState:
-    """The PS's slice of the flat parameter vector and the optimizer over it."""
-
-    def __init__(self, shard: ShardRange, initial: torch.Tensor, optimizer: OptimizerConfig):
-        self.range = shard
-        self.param = torch.nn.Parameter(initial.clone(), requires_grad=True)
-        self.optimizer = build_optimizer(optimizer, self.param)
-        self._snapshot: tuple[int, list[tuple[int, bytes]]] | None = None
-
-    def apply(self, gradients: list[torch.Tensor], scale: float) -> None:
-        # The gradients are this server's own receive buffers, used once: sum into the first in place
-        # (same left-to-right order as stack(...).sum(0), without a stacked N x numel copy).
-        total = gradients[0]
-        for gradient in gradients[1:]:
-            total.add_(gradient)
-        if scale != 1.0:
-            total.mul_(scale)
-        self.param.grad = total
-        self.optimizer.step()
-        self.param.grad = None
-
-    def snapshot(self, version: int) -> list[tuple[int, bytes]]:
-        """Wire chunks of the parameters at `version`, serialised once however many workers pull it."""
-        if self._snapshot is None or self._snapshot[0] != version:
-            self._snapshot = (version, tensor_chunks(self.param.data))
-        return self._snapshot[1]
-
-
-class ParameterServer(pb_grpc.ParameterServerServicer):
+class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
     def __init__(self, config: PSConfig):
         self.config = config
         self.aggregator = Aggregator()
@@ -178,6 +74,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
                               CheckpointSchedule(config.checkpoint_every_updates, config.checkpoint_every_s))
             if config.checkpoint_dir else None
         )
+        self.mailboxes = Mailboxes(config.job_id, config.ps_index, config.shm)  # same-host payloads (transport seam)
 
     # ---- helpers ---------------------------------------------------------------
     def _since_first_update(self) -> float:
@@ -185,12 +82,12 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
 
     def _require_shard(self) -> ShardState:
         if self.shard is None:
-            raise _Rejected(grpc.StatusCode.FAILED_PRECONDITION, "not_initialized", "parameter server not initialised: send Init first")
+            raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, "not_initialized", "parameter server not initialised: send Init first")
         return self.shard
 
     def _check_worker_id(self, worker_id: int) -> None:
         if worker_id >= self.config.max_workers:
-            raise _Rejected(
+            raise Rejected(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "bad_worker_id",
                 f"worker_id {worker_id} is outside 0..{self.config.max_workers - 1} (this PS's max_workers)",
@@ -199,7 +96,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
     def _check_total_numel(self, total_numel: int) -> None:
         limit = self.config.max_model_bytes // 4
         if not 1 <= total_numel <= limit:
-            raise _Rejected(
+            raise Rejected(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "bad_total_numel",
                 f"total_numel {total_numel} is outside 1..{limit} (max_model_bytes={self.config.max_model_bytes})",
@@ -215,21 +112,10 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             except StopAsyncIteration:
                 return
             except asyncio.TimeoutError:
-                raise _Rejected(
+                raise Rejected(
                     grpc.StatusCode.DEADLINE_EXCEEDED, "idle_stream", f"{what} stream sent nothing for {timeout_s} s (stream_idle_timeout_s)"
                 ) from None
             yield message
-
-    @staticmethod
-    def _count_chunk(count: int, numel: int, what: str) -> int:
-        limit = max_stream_chunks(numel)
-        if count + 1 > limit:
-            raise _Rejected(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                "too_many_chunks",
-                f"{what} stream sent more than {limit} chunks for {numel} elements (chunks must average >= 128 KiB)",
-            )
-        return count + 1
 
     async def _gate(self, context: grpc.aio.ServicerContext, hold_while_draining: bool = True) -> None:
         """Redirect callers of a shard that moved away; hold them while it is arriving here or leaving."""
@@ -249,7 +135,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         if self._drained is not None and not self.aggregator.outstanding:
             self._drained.set()
 
-    async def _reject(self, context: grpc.aio.ServicerContext, error: _Rejected) -> None:
+    async def _reject(self, context: grpc.aio.ServicerContext, error: Rejected) -> None:
         self.rejected[error.reason] = self.rejected.get(error.reason, 0) + 1
         log(logger, logging.DEBUG, "rejected", reason=error.reason, detail=error.message)
         await context.abort(error.code, error.message)
@@ -280,50 +166,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             self.checkpointer.maybe_save(self.aggregator.version, self.capture)
         self._check_drained()
 
-    # ---- checkpoints -----------------------------------------------------------
-    def capture(self) -> ShardCheckpoint:
-        """A consistent copy of this shard (parameters, optimizer, aggregator) at the current version."""
-        assert self.shard is not None and self.total_numel is not None
-        trained_s = max(0.0, self._since_first_update())
-        return capture_shard(self.config.job_id, self.config.ps_index, self.config.num_ps, self.total_numel, self.shard,
-                             self.aggregator, trained_s)
-
-    def restore(self, checkpoint: ShardCheckpoint, version_at_exit: int | None = None, moved: bool = False) -> None:
-        """Continue from a checkpoint: same parameters, optimizer state, version and plan.
-        Workers must register and pull again (a restored PS knows no worker). `version_at_exit`
-        (what the previous incarnation recorded last) gives the updates the checkpoint lacks."""
-        c = self.config
-        if (checkpoint.ps_index, checkpoint.num_ps) != (c.ps_index, c.num_ps):
-            raise ConfigError("restore", checkpoint.ps_index,
-                              f"checkpoint is shard {checkpoint.ps_index} of {checkpoint.num_ps}, this PS is {c.ps_index} of {c.num_ps}")
-        expected = shard_ranges(checkpoint.total_numel, c.num_ps)[c.ps_index]
-        if (expected.start, expected.end) != (checkpoint.range_start, checkpoint.range_end):
-            raise ConfigError("restore", (checkpoint.range_start, checkpoint.range_end), f"does not match the shard range {expected}")
-        self.total_numel = checkpoint.total_numel
-        self.shard = ShardState(expected, checkpoint.param, c.optimizer)
-        self.shard.optimizer.load_state_dict(checkpoint.optimizer)
-        self.aggregator = Aggregator.restore(checkpoint.aggregator)
-        lost = max(0, (version_at_exit or checkpoint.version) - checkpoint.version)
-        if moved:  # a live hand-over: nothing was lost, and the workers it knew stay known
-            self.aggregator.counters["moved_in"] += 1
-            self.aggregator.counters["moved_in_at_version"] = checkpoint.version
-            self.registered = {int(w) for w in checkpoint.aggregator.get("registered", [])}
-            self.relay_addresses = {int(w): str(a) for w, a in checkpoint.aggregator.get("relay_addresses", {}).items()}
-        else:
-            self.aggregator.counters["restores"] += 1
-            self.aggregator.counters["updates_lost_in_restart"] += lost
-        trained_s = float(checkpoint.aggregator.get("trained_s", 0.0))
-        self._first_update = time.monotonic() - trained_s if checkpoint.version > 0 else None
-        if self.checkpointer is not None:
-            self.checkpointer.last_version = checkpoint.version
-        log(logger, logging.INFO, "restored from checkpoint", version=checkpoint.version, epoch=self.aggregator.epoch,
-            updates_lost=lost, pending_gradients_lost=checkpoint.aggregator.get("pending", 0))
-
-    async def final_checkpoint(self) -> None:
-        if self.checkpointer is not None and self.shard is not None and self.moved_to is None:  # a moved shard is not ours
-            await self.checkpointer.save_now(self.capture())
-
-    def _pull_view(self) -> tuple[int, int, list[tuple[int, bytes]]]:
+    def _pull_view(self) -> tuple[int, int, Snapshot]:
         shard = self._require_shard()
         version = self.aggregator.version
         return version, max(self.aggregator.epoch, 0), shard.snapshot(version)
@@ -335,13 +178,13 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             self._check_worker_id(request.worker_id)
             self._check_total_numel(request.total_numel)
             if self.total_numel is not None and request.total_numel != self.total_numel:
-                raise _Rejected(
+                raise Rejected(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     "layout_mismatch",
                     f"total_numel {request.total_numel} does not match this job's model ({self.total_numel} elements)",
                 )
-            _check_relay_address(request.relay_address)
-        except _Rejected as error:
+            check_relay_address(request.relay_address)
+        except Rejected as error:
             await self._reject(context, error)
             raise
         self.registered.add(request.worker_id)
@@ -353,22 +196,26 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
         if self.shard is not None:
             reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end
             reply.total_numel = self.total_numel or 0
+        numel = shard_ranges(request.total_numel, self.config.num_ps)[self.config.ps_index].numel \
+            if request.total_numel >= self.config.num_ps else 0
+        if request.want_shm and numel:
+            reply.shm_name, reply.shm_nonce = self.mailboxes.offer(request.worker_id, numel)
         return reply
 
     async def Init(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.InitReply:
         await self._gate(context)
         try:
-            header, shard_range, assembler, chunks = None, None, None, 0
+            header, shard_range, payload = None, None, None
             async for message in self._messages(request_iterator, "Init"):
                 if message.HasField("header"):
                     if header is not None:
-                        raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream has two headers")
+                        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream has two headers")
                     header = message.header
                     self._check_total_numel(header.total_numel)
-                    if header.dtype != WIRE_DTYPE:
-                        raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_dtype", f"dtype {header.dtype!r} is not {WIRE_DTYPE}")
+                    if header.dtype != WIRE_DTYPE:  # the initial parameters are the fp32 master copy: never rounded
+                        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_dtype", f"dtype {header.dtype!r} is not {WIRE_DTYPE}")
                     if self.total_numel is not None and header.total_numel != self.total_numel:
-                        raise _Rejected(
+                        raise Rejected(
                             grpc.StatusCode.FAILED_PRECONDITION,
                             "layout_mismatch",
                             f"already initialised with total_numel {self.total_numel}, got {header.total_numel}",
@@ -376,17 +223,16 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
                     try:
                         shard_range = shard_ranges(header.total_numel, self.config.num_ps)[self.config.ps_index]
                     except FlatError as exc:
-                        raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_layout", str(exc)) from None
-                    assembler = ChunkAssembler(shard_range.numel)
-                elif assembler is None:
-                    raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream must start with a header")
+                        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_layout", str(exc)) from None
+                    payload = ChunkPayload(shard_range.numel, "Init")
+                elif payload is None:
+                    raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream must start with a header")
                 else:
-                    chunks = self._count_chunk(chunks, assembler.numel, "Init")
-                    self._add_chunk(assembler, message.chunk)
-            if assembler is None or header is None or shard_range is None:
-                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream had no header")
-            initial = self._finish(assembler)
-        except _Rejected as error:
+                    payload.add(message.chunk)
+            if payload is None or header is None or shard_range is None:
+                raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream had no header")
+            initial = payload.finish()
+        except Rejected as error:
             await self._reject(context, error)
             raise  # unreachable: abort raises
         if self.shard is not None:
@@ -398,25 +244,6 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             await self.checkpointer.save_now(self.capture())
         return pb.InitReply(applied=True, version=self.aggregator.version)
 
-    def _add_chunk(self, assembler: ChunkAssembler, chunk: pb.TensorChunk) -> None:
-        if len(chunk.data) > MAX_CHUNK_BYTES:
-            raise _Rejected(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                "oversized_chunk",
-                f"chunk of {len(chunk.data)} bytes exceeds the {MAX_CHUNK_BYTES}-byte limit",
-            )
-        try:
-            assembler.add(chunk.offset, chunk.data)
-        except FlatError as exc:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_chunk", str(exc)) from None
-
-    @staticmethod
-    def _finish(assembler: ChunkAssembler) -> torch.Tensor:
-        try:
-            return assembler.finish()
-        except FlatError as exc:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_length", str(exc)) from None
-
     async def Push(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.PushReply:
         await self._gate(context, hold_while_draining=False)
         try:
@@ -425,7 +252,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
                 await self._gate(context)  # only gradients of pulls served here are taken before the shard leaves
             usable = all_finite(gradient)
             if not usable and self.config.nonfinite == "reject":
-                raise _Rejected(
+                raise Rejected(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     "nonfinite",
                     f"gradient from worker {header.worker_id} has NaN/Inf values (nonfinite=reject)",
@@ -434,8 +261,8 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
                 outcome = self.aggregator.push(header.worker_id, header.plan_epoch, header.base_version, usable=usable,
                                                contributors=tuple(header.contributors))
             except PushRejected as exc:
-                raise _Rejected(_STATUS[exc.code], exc.reason, exc.message) from None
-        except _Rejected as error:
+                raise Rejected(_STATUS[exc.code], exc.reason, exc.message) from None
+        except Rejected as error:
             await self._reject(context, error)
             raise
         self.pushes_received += 1
@@ -450,48 +277,44 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
 
     async def _receive_push(self, request_iterator) -> tuple[pb.PushHeader, torch.Tensor]:
         shard = self._require_shard()
-        header, assembler, chunks = None, None, 0
+        header, payload = None, None
         async for message in self._messages(request_iterator, "Push"):
             if message.HasField("header"):
                 if header is not None:
-                    raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream has two headers")
+                    raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream has two headers")
                 header = message.header
                 self._check_worker_id(header.worker_id)
                 if header.worker_id not in self.registered:
-                    raise _Rejected(
+                    raise Rejected(
                         grpc.StatusCode.NOT_FOUND, "unknown_worker", f"unknown worker {header.worker_id}: call Register first"
                     )
-                if header.dtype != WIRE_DTYPE:
-                    raise _Rejected(
-                        grpc.StatusCode.INVALID_ARGUMENT, "bad_dtype", f"dtype {header.dtype!r} is not {WIRE_DTYPE}"
-                    )
+                checked_dtype(header.dtype)
                 if header.numel != shard.range.numel:
-                    raise _Rejected(
+                    raise Rejected(
                         grpc.StatusCode.INVALID_ARGUMENT,
                         "bad_length",
                         f"numel {header.numel} does not match this shard's length {shard.range.numel}",
                     )
                 if len(header.contributors) >= self.config.max_workers:
-                    raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_contributors",
+                    raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_contributors",
                                     f"{len(header.contributors)} contributors: this PS takes at most {self.config.max_workers} workers")
                 for child in header.contributors:
                     self._check_worker_id(child)
                     if child not in self.registered:
-                        raise _Rejected(grpc.StatusCode.NOT_FOUND, "unknown_worker",
+                        raise Rejected(grpc.StatusCode.NOT_FOUND, "unknown_worker",
                                         f"unknown contributor {child}: it must call Register first")
                 if header.batch_size > MAX_BATCH_SIZE:
-                    raise _Rejected(
+                    raise Rejected(
                         grpc.StatusCode.INVALID_ARGUMENT, "bad_batch_size", f"batch_size {header.batch_size} exceeds {MAX_BATCH_SIZE}"
                     )
-                assembler = ChunkAssembler(shard.range.numel)
-            elif assembler is None:
-                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream must start with a header")
+                payload = self.mailboxes.push_payload(header, shard.range.numel)  # the transport seam
+            elif payload is None:
+                raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream must start with a header")
             else:
-                chunks = self._count_chunk(chunks, shard.range.numel, "Push")
-                self._add_chunk(assembler, message.chunk)
-        if header is None or assembler is None:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream had no header")
-        return header, self._finish(assembler)
+                payload.add(message.chunk)
+        if header is None or payload is None:
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream had no header")
+        return header, payload.finish()
 
     async def Pull(self, request: pb.PullRequest, context: grpc.aio.ServicerContext):
         worker = request.worker_id
@@ -500,22 +323,25 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             shard = self._require_shard()
             self._check_worker_id(worker)
             if not request.observer and worker not in self.registered:
-                raise _Rejected(grpc.StatusCode.NOT_FOUND, "unknown_worker", f"unknown worker {worker}: call Register first")
-        except _Rejected as error:
+                raise Rejected(grpc.StatusCode.NOT_FOUND, "unknown_worker", f"unknown worker {worker}: call Register first")
+            dtype = checked_dtype(request.dtype)
+        except Rejected as error:
             await self._reject(context, error)
             raise
         view = self._pull_view() if request.observer else await self._wait_for_round(worker)
         if view is None:  # the shard moved away while this pull waited
             await self._gate(context)
             return
-        version, epoch, chunks = view
+        version, epoch, snapshot = view
+        shm_seq, chunks = self.mailboxes.pull_body(request, snapshot)  # the transport seam
         yield pb.PullReply(
             header=pb.PullHeader(
                 version=version,
                 plan_epoch=epoch,
                 numel=shard.range.numel,
-                dtype=WIRE_DTYPE,
+                dtype=dtype,
                 range_start=shard.range.start,
+                shm_seq=shm_seq,
                 since_first_update_s=self._since_first_update(),
                 push_pace_bytes_per_s=(self.aggregator.plan.push_pace_bytes_per_s or 0.0) if self.aggregator.plan else 0.0,
                 **self._tree_role(worker),
@@ -541,7 +367,7 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             return {"tree_children": list(children_of[worker])}
         return {}
 
-    async def _wait_for_round(self, worker: int) -> tuple[int, int, list[tuple[int, bytes]]] | None:
+    async def _wait_for_round(self, worker: int) -> tuple[int, int, Snapshot] | None:
         """The parameters this worker may compute on next, once its group's round allows; None when the
         shard started to move meanwhile (a pull released then is not served here: the successor serves it)."""
         while True:
@@ -568,86 +394,21 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             self.aggregator.forget_pull(worker)
             self._check_drained()
 
-    # ---- handing the shard over ----------------------------------------------------
-    async def MigrateOut(self, request: pb.MigrateOutRequest, context: grpc.aio.ServicerContext):
-        """Hand this shard to its successor at `new_address` without losing an update (see the proto)."""
-        new = request.new_address
-        resend = self.moved_to is not None
-        try:
-            if not new or len(new) > MAX_LABEL_CHARS:
-                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_address", f"new_address {new[:64]!r} must be 1..{MAX_LABEL_CHARS} characters")
-            if not (math.isfinite(request.drain_timeout_s) and 0 <= request.drain_timeout_s <= 3600):
-                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_timeout", f"drain_timeout_s={request.drain_timeout_s} must be in [0, 3600]")
-            if resend and new != self.moved_to:
-                raise _Rejected(grpc.StatusCode.FAILED_PRECONDITION, "moved", f"this shard already moved to {self.moved_to}")
-            if not resend:
-                self._require_shard()
-                if self.draining:
-                    raise _Rejected(grpc.StatusCode.FAILED_PRECONDITION, "moving", "this shard is already being handed over")
-        except _Rejected as error:
-            await self._reject(context, error)
-            raise
-        data = self._moved_state if resend else await self._drain_and_export(new, request.drain_timeout_s or self.config.drain_timeout_s)
-        assert data is not None
-        try:
-            for offset in range(0, len(data), SEND_CHUNK_BYTES):
-                yield pb.MigrateChunk(data=data[offset : offset + SEND_CHUNK_BYTES], total_bytes=len(data) if offset == 0 else 0)
-        except BaseException:
-            if not resend:
-                self._end_migration(None)  # the successor did not get it all: keep serving here
-            raise
-        if not resend:
-            self._moved_state = data
-            self._end_migration(new)
-
-    async def _drain_and_export(self, new_address: str, timeout_s: float) -> bytes:
-        """Hold new pulls, take the pushes of every pull already served, close open rounds, serialise."""
-        self.draining = True
-        self._migration_done, self._drained = asyncio.Event(), asyncio.Event()
-        for worker, future in list(self._waiters.items()):  # blocked pulls: they will be served by the successor
-            if not future.done():
-                future.set_result(None)
-            self._waiters.pop(worker, None)
-        self._check_drained()
-        try:
-            await asyncio.wait_for(self._drained.wait(), timeout=timeout_s)
-        except asyncio.TimeoutError:
-            log(logger, logging.WARNING, "drain timed out: those workers' next pushes are refused, they pull again",
-                outstanding=sorted(self.aggregator.outstanding))
-        self._carry_out(self.aggregator.close_open_rounds())
-        self.aggregator.counters["moved_out"] += 1
-        checkpoint = capture_shard(self.config.job_id, self.config.ps_index, self.config.num_ps, self.total_numel or 0,
-                                   self._require_shard(), self.aggregator, max(0.0, self._since_first_update()), self.registered,
-                                   self.relay_addresses)
-        log(logger, logging.INFO, "shard handed over", to=new_address, version=self.aggregator.version)
-        return shard_to_bytes(checkpoint)
-
-    def _end_migration(self, moved_to: str | None) -> None:
-        """Moved (every held and later call is redirected to `moved_to`) or not (serving resumes)."""
-        self.moved_to = moved_to
-        self.draining = False
-        self._drained = None
-        if self._migration_done is not None:
-            self._migration_done.set()
-        if moved_to is None:
-            self.aggregator.counters["moves_abandoned"] += 1
-            log(logger, logging.WARNING, "hand-over abandoned: serving here again")
-
     async def ConfigurePlan(self, request: pb.Plan, context: grpc.aio.ServicerContext) -> pb.ConfigureReply:
         await self._gate(context)
         try:
             self._check_plan_fields(request)
             plan = plan_from_proto(request)
         except PlanError as exc:
-            await self._reject(context, _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: {exc}"))
+            await self._reject(context, Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: {exc}"))
             raise
-        except _Rejected as error:
+        except Rejected as error:
             await self._reject(context, error)
             raise
         try:
             effects = self.aggregator.configure(plan)
         except PushRejected as exc:
-            await self._reject(context, _Rejected(_STATUS[exc.code], exc.reason, exc.message))
+            await self._reject(context, Rejected(_STATUS[exc.code], exc.reason, exc.message))
             raise
         if effects.applies and self.shard is None:  # cannot happen: no push is accepted before Init
             raise RuntimeError("updates to apply before initialisation")
@@ -660,15 +421,15 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
     def _check_plan_fields(self, request: pb.Plan) -> None:
         """Bounds SyncPlan itself does not know: this PS's worker ids, epochs, label length."""
         if request.epoch > MAX_EPOCH:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: epoch {request.epoch} exceeds {MAX_EPOCH}")
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: epoch {request.epoch} exceeds {MAX_EPOCH}")
         if len(request.label) > MAX_LABEL_CHARS:
-            raise _Rejected(
+            raise Rejected(
                 grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: label of {len(request.label)} characters exceeds {MAX_LABEL_CHARS}"
             )
         for index, group in enumerate(request.groups):
             too_big = [w for w in group.workers if w >= self.config.max_workers]
             if too_big:
-                raise _Rejected(
+                raise Rejected(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     "bad_plan",
                     f"invalid plan: groups[{index}] has worker id {too_big[0]} outside 0..{self.config.max_workers - 1} (max_workers)",
@@ -700,69 +461,12 @@ class ParameterServer(pb_grpc.ParameterServerServicer):
             push_bytes_received=self.push_bytes_received,
             pushes_received=self.pushes_received,
         )
+        reply.counters["shm_pushes"], reply.counters["shm_pulls"] = self.mailboxes.pushes, self.mailboxes.pulls
         if self.shard is not None:
             reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end
         return reply
 
     async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthReply:
-        import os
+        import os  # noqa: PLC0415
 
         return pb.HealthReply(status="serving", role="ps", uptime_s=time.monotonic() - self._started, pid=os.getpid())
-
-
-async def take_over(servicer: ParameterServer, config: PSConfig, credentials: Credentials, own_address: str) -> None:
-    """Receive the shard from the PS at `config.migrate_from` (it drains, then streams its state),
-    and serve it from here; callers that arrive meanwhile wait (see ParameterServer._gate)."""
-    from ps_server.migration import fetch_moving_shard
-
-    log(logger, logging.INFO, "taking the shard over", source=config.migrate_from, here=own_address)
-    started = time.monotonic()
-    limit = 4 * config.max_model_bytes + (1 << 20)  # parameters + optimizer state (Adam: 2 more copies) + metadata
-    data = await asyncio.get_running_loop().run_in_executor(
-        None, fetch_moving_shard, config.migrate_from, own_address, credentials, config.drain_timeout_s, limit)
-    checkpoint = shard_from_bytes(data, f"the shard sent by {config.migrate_from}")
-    servicer.restore(checkpoint, moved=True)
-    servicer._ready.set()
-    log(logger, logging.INFO, "took the shard over", version=checkpoint.version, bytes=len(data),
-        seconds=round(time.monotonic() - started, 3))
-    await servicer.final_checkpoint()  # a crash right after the move restarts from here, not from the old host
-
-
-async def serve(config: PSConfig, ready_file: str | None = None) -> None:
-    """Run until SIGINT/SIGTERM, then stop accepting RPCs and exit cleanly."""
-    torch.set_num_threads(config.threads)
-    tune_malloc()
-    credentials = Credentials.load(config.security)
-    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=credentials.server_interceptors(aio=True))
-    servicer = ParameterServer(config)
-    version_at_exit = servicer.checkpointer.open_version_file(config.ps_index) if servicer.checkpointer else None
-    if config.restore_dir:
-        checkpoint = restore_shard(config.restore_dir, config.ps_index)
-        if checkpoint is not None:
-            same_dir = config.checkpoint_dir and Path(config.checkpoint_dir).resolve() == Path(config.restore_dir).resolve()
-            servicer.restore(checkpoint, version_at_exit if same_dir else None)
-            await servicer.final_checkpoint()  # the restore (and its counters) survives the next crash too
-        else:
-            log(logger, logging.WARNING, "no checkpoint to restore: starting fresh", restore_dir=config.restore_dir,
-                updates_lost=version_at_exit or 0)
-            if version_at_exit:  # it had trained (and died before any checkpoint): say so, the workers re-initialise it
-                servicer.aggregator.counters["restores"] += 1
-                servicer.aggregator.counters["updates_lost_in_restart"] += version_at_exit
-    pb_grpc.add_ParameterServerServicer_to_server(servicer, server)
-    port = credentials.add_port(server, address(config.host, config.port))
-    if port == 0:
-        raise SystemExit(f"ps{config.ps_index}: could not bind {config.host}:{config.port}")
-    await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    if config.migrate_from:
-        await take_over(servicer, config, credentials, address(config.host, port))
-    write_ready_file(ready_file, port=port, role="ps", index=config.ps_index)
-    log(logger, logging.INFO, "serving", address=address(config.host, port), ps_index=config.ps_index, num_ps=config.num_ps,
-        tls=credentials.cert_pem is not None, authenticated=credentials.token is not None)
-    await stop.wait()
-    log(logger, logging.INFO, "shutting down", **servicer.aggregator.accounting())
-    await server.stop(grace=1.0)
-    await servicer.final_checkpoint()

@@ -107,7 +107,7 @@ def _ps_parser(sub) -> None:
 
 
 def _run_ps(args: argparse.Namespace) -> int:
-    from ps_server.server import PSConfig, serve
+    from ps_server.daemon import PSConfig, serve
     from star.logs import setup_logging
 
     config = config_from_args(PSConfig, args)

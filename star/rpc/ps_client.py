@@ -2,7 +2,10 @@
 
 One channel per PS and one thread per PS for the blocking calls, so a round trip to
 P servers costs about as long as the slowest of them, not their sum. Payloads go
-straight between the flat buffer and wire chunks.
+straight between the flat buffer and wire chunks (float32, or bfloat16 with wire="bfloat16"),
+or, with a PS on this host, through the shared-memory mailbox it offered (star/shm.py; the
+gRPC call then carries only the header). transport="auto" takes a mailbox where one is
+offered and works (the nonce proves the same memory), "shm" requires one, "grpc" never asks.
 """
 
 from __future__ import annotations
@@ -15,17 +18,29 @@ from typing import Callable, Sequence, TypeVar
 import grpc
 import torch
 
-from star.flat import WIRE_DTYPE, ShardRange, shard_ranges, tensor_chunks, write_chunk
+from star.flat import WIRE_DTYPE, FlatError, ShardRange, shard_ranges, tensor_chunks, wire_dtype, write_chunk
 from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS, MOVED_TO_KEY, plan_to_proto, tune_malloc
 from star.rpc.security import Credentials
+from star.shm import Mailbox, ShmError
 
 T = TypeVar("T")
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 MAX_REDIRECTS = 4  # a shard that keeps moving faster than a call can follow is an outage
+TRANSPORTS = ("auto", "shm", "grpc")  # how payloads move: see the module docstring
+
+
+def check_transport(transport: str, wire: str) -> str:
+    """The wire dtype for `wire` ("fp32"/"bf16" accepted too); ValueError names a bad field."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport {transport!r} is not one of {', '.join(TRANSPORTS)}")
+    try:
+        return wire_dtype({"fp32": "float32", "bf16": "bfloat16"}.get(wire, wire))
+    except FlatError as exc:
+        raise ValueError(f"wire: {exc}") from None
 
 
 def moved_to(exc: grpc.RpcError) -> str | None:
@@ -53,10 +68,13 @@ class ShardView:
 
 
 class PSClient:
-    def __init__(self, addresses: Sequence[str], worker_id: int = 0, credentials: Credentials | None = None):
+    def __init__(self, addresses: Sequence[str], worker_id: int = 0, credentials: Credentials | None = None,
+                 transport: str = "auto", wire: str = WIRE_DTYPE):
         """`credentials` default to the job token in STAR_JOB_TOKEN (if any), without TLS."""
         if not addresses:
             raise ValueError("ps_addresses must name at least one parameter server")
+        self.transport, self.wire = transport, check_transport(transport, wire)
+        self.mailboxes: list[Mailbox | None] = [None] * len(addresses)
         self.addresses = list(addresses)
         self.worker_id = worker_id
         tune_malloc()  # chunk bytes and protobuf copies are allocated and freed on every push/pull
@@ -70,6 +88,7 @@ class PSClient:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._drop_mailboxes()
         for channel in self._channels:
             channel.close()
 
@@ -86,6 +105,30 @@ class PSClient:
         self._stubs[index] = pb_grpc.ParameterServerStub(self._channels[index])
         self.addresses[index] = address
         old.close()
+        self._drop_mailboxes(index)  # the mailbox was the old PS's: gRPC until the next Register
+
+    def _drop_mailboxes(self, only: int | None = None) -> None:
+        for i, box in enumerate(self.mailboxes):
+            if box is not None and only in (None, i):
+                box.close()
+                self.mailboxes[i] = None
+
+    @property
+    def transport_used(self) -> str:
+        """How payloads move now: "shm" (every shard's mailbox), "grpc" (none) or "mixed"."""
+        used = {box is not None for box in self.mailboxes}
+        return "mixed" if len(used) > 1 else ("shm" if used.pop() else "grpc")
+
+    def _attach(self, index: int, reply: pb.RegisterReply) -> None:
+        """Map the mailbox shard `index` offered (transport auto/shm), or say why there is none."""
+        numel = self.views[index].range.numel
+        try:
+            if not reply.shm_name:
+                raise ShmError("it offered no shared-memory mailbox (shm disabled there, or /dev/shm full)")
+            self.mailboxes[index] = Mailbox.attach(reply.shm_name, numel, reply.shm_nonce)
+        except ShmError as exc:
+            if self.transport == "shm":
+                raise RuntimeError(f"transport=shm: PS {index} at {self.addresses[index]}: {exc}") from None
 
     def _following_moves(self, index: int, call: Callable[[int, pb_grpc.ParameterServerStub], T]) -> T:
         """`call` against shard `index`, following it (and re-issuing the call) when it moved."""
@@ -115,7 +158,9 @@ class PSClient:
         self.total_numel = total_numel
         ranges = shard_ranges(total_numel, len(self._stubs))
         self.views = [ShardView(r) for r in ranges]
-        request = pb.RegisterRequest(worker_id=self.worker_id, total_numel=total_numel, relay_address=relay_address)
+        request = pb.RegisterRequest(worker_id=self.worker_id, total_numel=total_numel, relay_address=relay_address,
+                                     want_shm=self.transport != "grpc")
+        self._drop_mailboxes()
         replies = self._each(lambda i, s: s.Register(request, timeout=timeout_s))
         for i, reply in enumerate(replies):
             if reply.num_ps != len(self._stubs) or reply.ps_index != i:
@@ -123,6 +168,8 @@ class PSClient:
                     f"PS at {self.addresses[i]} says it is ps_index={reply.ps_index} of num_ps={reply.num_ps}; "
                     f"this client expects ps_index={i} of {len(self._stubs)} (check the order of ps_addresses)"
                 )
+            if request.want_shm:
+                self._attach(i, reply)
         return replies
 
     def init_if_needed(self, params: torch.Tensor, replies: list[pb.RegisterReply], timeout_s: float = 30.0) -> int:
@@ -145,11 +192,12 @@ class PSClient:
     # ---- data path -------------------------------------------------------------
     def pull(self, out: torch.Tensor, timeout_s: float | None = None, observer: bool = False) -> list[ShardView]:
         """Fill `out` (the flat parameter buffer) from every PS; may block on sync rounds."""
-        request = pb.PullRequest(worker_id=self.worker_id, observer=observer)
-
         def pull_one(i: int, stub: pb_grpc.ParameterServerStub) -> None:
-            view = self.views[i]
+            view, box = self.views[i], self.mailboxes[i]
             start = view.range.start
+            request = pb.PullRequest(worker_id=self.worker_id, observer=observer, shm=box is not None and not observer,
+                                     dtype=self.wire)
+            dtype = self.wire
             for reply in stub.Pull(request, timeout=timeout_s):
                 if reply.HasField("header"):
                     h = reply.header
@@ -158,8 +206,13 @@ class PSClient:
                     view.version, view.epoch, view.since_first_update_s = h.version, h.plan_epoch, h.since_first_update_s
                     view.push_pace_bytes_per_s = h.push_pace_bytes_per_s
                     view.tree_parent, view.tree_children = h.tree_parent, tuple(h.tree_children)
+                    dtype = h.dtype or WIRE_DTYPE
+                    if h.shm_seq:
+                        if box is None:
+                            raise RuntimeError(f"PS {i} answered through a shared-memory mailbox this client does not have")
+                        box.take_pull(out[start : view.range.end], h.shm_seq)
                 else:
-                    write_chunk(out, start + reply.chunk.offset, reply.chunk.data)
+                    write_chunk(out, start + reply.chunk.offset, reply.chunk.data, dtype)
 
         self._each(pull_one)
         return self.views
@@ -189,22 +242,25 @@ class PSClient:
         `contributors`: the tree children whose gradients `grads` already sums."""
 
         def push_one(i: int, stub: pb_grpc.ParameterServerStub) -> pb.PushReply:
-            view = self.views[i]
+            view, box = self.views[i], self.mailboxes[i]
+            piece = grads[view.range.start : view.range.end]
             header = pb.PushHeader(
                 worker_id=self.worker_id,
                 plan_epoch=view.epoch,
                 base_version=view.version,
                 iteration=iteration,
-                dtype=WIRE_DTYPE,
+                dtype=WIRE_DTYPE if box is not None else self.wire,
                 numel=view.range.numel,
                 batch_size=batch_size,
                 contributors=list(contributors),
+                shm_seq=box.put_push(piece) if box is not None else 0,  # the mailbox is written before the call
             )
 
             def messages():
                 yield pb.PushRequest(header=header)
-                for offset, data in tensor_chunks(grads[view.range.start : view.range.end]):
-                    yield pb.PushRequest(chunk=pb.TensorChunk(offset=offset, data=data))
+                if box is None:
+                    for offset, data in tensor_chunks(piece, dtype=self.wire):
+                        yield pb.PushRequest(chunk=pb.TensorChunk(offset=offset, data=data))
 
             return stub.Push(messages(), timeout=timeout_s)
 

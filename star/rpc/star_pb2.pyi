@@ -31,30 +31,36 @@ class HealthReply(_message.Message):
     def __init__(self, status: _Optional[str] = ..., role: _Optional[str] = ..., uptime_s: _Optional[float] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "total_numel", "relay_address")
+    __slots__ = ("worker_id", "total_numel", "relay_address", "want_shm")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     TOTAL_NUMEL_FIELD_NUMBER: _ClassVar[int]
     RELAY_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    WANT_SHM_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     total_numel: int
     relay_address: str
-    def __init__(self, worker_id: _Optional[int] = ..., total_numel: _Optional[int] = ..., relay_address: _Optional[str] = ...) -> None: ...
+    want_shm: bool
+    def __init__(self, worker_id: _Optional[int] = ..., total_numel: _Optional[int] = ..., relay_address: _Optional[str] = ..., want_shm: _Optional[bool] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("initialized", "range_start", "range_end", "total_numel", "ps_index", "num_ps")
+    __slots__ = ("initialized", "range_start", "range_end", "total_numel", "ps_index", "num_ps", "shm_name", "shm_nonce")
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RANGE_START_FIELD_NUMBER: _ClassVar[int]
     RANGE_END_FIELD_NUMBER: _ClassVar[int]
     TOTAL_NUMEL_FIELD_NUMBER: _ClassVar[int]
     PS_INDEX_FIELD_NUMBER: _ClassVar[int]
     NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    SHM_NAME_FIELD_NUMBER: _ClassVar[int]
+    SHM_NONCE_FIELD_NUMBER: _ClassVar[int]
     initialized: bool
     range_start: int
     range_end: int
     total_numel: int
     ps_index: int
     num_ps: int
-    def __init__(self, initialized: _Optional[bool] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., total_numel: _Optional[int] = ..., ps_index: _Optional[int] = ..., num_ps: _Optional[int] = ...) -> None: ...
+    shm_name: str
+    shm_nonce: bytes
+    def __init__(self, initialized: _Optional[bool] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., total_numel: _Optional[int] = ..., ps_index: _Optional[int] = ..., num_ps: _Optional[int] = ..., shm_name: _Optional[str] = ..., shm_nonce: _Optional[bytes] = ...) -> None: ...
 
 class InitHeader(_message.Message):
     __slots__ = ("total_numel", "dtype")
@@ -81,7 +87,7 @@ class InitReply(_message.Message):
     def __init__(self, applied: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
 
 class PushHeader(_message.Message):
-    __slots__ = ("worker_id", "plan_epoch", "base_version", "iteration", "dtype", "numel", "batch_size", "contributors")
+    __slots__ = ("worker_id", "plan_epoch", "base_version", "iteration", "dtype", "numel", "batch_size", "contributors", "shm_seq")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +96,7 @@ class PushHeader(_message.Message):
     NUMEL_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     CONTRIBUTORS_FIELD_NUMBER: _ClassVar[int]
+    SHM_SEQ_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     plan_epoch: int
     base_version: int
@@ -98,7 +105,8 @@ class PushHeader(_message.Message):
     numel: int
     batch_size: int
     contributors: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, worker_id: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., base_version: _Optional[int] = ..., iteration: _Optional[int] = ..., dtype: _Optional[str] = ..., numel: _Optional[int] = ..., batch_size: _Optional[int] = ..., contributors: _Optional[_Iterable[int]] = ...) -> None: ...
+    shm_seq: int
+    def __init__(self, worker_id: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., base_version: _Optional[int] = ..., iteration: _Optional[int] = ..., dtype: _Optional[str] = ..., numel: _Optional[int] = ..., batch_size: _Optional[int] = ..., contributors: _Optional[_Iterable[int]] = ..., shm_seq: _Optional[int] = ...) -> None: ...
 
 class PushRequest(_message.Message):
     __slots__ = ("header", "chunk")
@@ -119,15 +127,19 @@ class PushReply(_message.Message):
     def __init__(self, status: _Optional[str] = ..., version: _Optional[int] = ..., gradient_id: _Optional[int] = ...) -> None: ...
 
 class PullRequest(_message.Message):
-    __slots__ = ("worker_id", "observer")
+    __slots__ = ("worker_id", "observer", "shm", "dtype")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_FIELD_NUMBER: _ClassVar[int]
+    SHM_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     observer: bool
-    def __init__(self, worker_id: _Optional[int] = ..., observer: _Optional[bool] = ...) -> None: ...
+    shm: bool
+    dtype: str
+    def __init__(self, worker_id: _Optional[int] = ..., observer: _Optional[bool] = ..., shm: _Optional[bool] = ..., dtype: _Optional[str] = ...) -> None: ...
 
 class PullHeader(_message.Message):
-    __slots__ = ("version", "plan_epoch", "numel", "dtype", "range_start", "since_first_update_s", "push_pace_bytes_per_s", "tree_parent", "tree_children")
+    __slots__ = ("version", "plan_epoch", "numel", "dtype", "range_start", "since_first_update_s", "push_pace_bytes_per_s", "tree_parent", "tree_children", "shm_seq")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     NUMEL_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +149,7 @@ class PullHeader(_message.Message):
     PUSH_PACE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     TREE_PARENT_FIELD_NUMBER: _ClassVar[int]
     TREE_CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    SHM_SEQ_FIELD_NUMBER: _ClassVar[int]
     version: int
     plan_epoch: int
     numel: int
@@ -146,7 +159,8 @@ class PullHeader(_message.Message):
     push_pace_bytes_per_s: float
     tree_parent: str
     tree_children: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., numel: _Optional[int] = ..., dtype: _Optional[str] = ..., range_start: _Optional[int] = ..., since_first_update_s: _Optional[float] = ..., push_pace_bytes_per_s: _Optional[float] = ..., tree_parent: _Optional[str] = ..., tree_children: _Optional[_Iterable[int]] = ...) -> None: ...
+    shm_seq: int
+    def __init__(self, version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., numel: _Optional[int] = ..., dtype: _Optional[str] = ..., range_start: _Optional[int] = ..., since_first_update_s: _Optional[float] = ..., push_pace_bytes_per_s: _Optional[float] = ..., tree_parent: _Optional[str] = ..., tree_children: _Optional[_Iterable[int]] = ..., shm_seq: _Optional[int] = ...) -> None: ...
 
 class PullReply(_message.Message):
     __slots__ = ("header", "chunk")

@@ -1,0 +1,63 @@
+"""`star ps`: run one parameter-server daemon until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import grpc
+import torch
+
+from ps_server.checkpointing import restore_shard
+from ps_server.config import PSConfig
+from ps_server.handover import take_over
+from ps_server.server import ParameterServer
+from star.logs import log
+from star.rpc import star_pb2_grpc as pb_grpc
+from star.rpc.common import CHANNEL_OPTIONS, address, tune_malloc, write_ready_file
+from star.rpc.security import Credentials
+
+logger = logging.getLogger("ps")
+
+
+async def serve(config: PSConfig, ready_file: str | None = None) -> None:
+    """Run until SIGINT/SIGTERM, then stop accepting RPCs and exit cleanly."""
+    torch.set_num_threads(config.threads)
+    tune_malloc()
+    credentials = Credentials.load(config.security)
+    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=credentials.server_interceptors(aio=True))
+    servicer = ParameterServer(config)
+    version_at_exit = servicer.checkpointer.open_version_file(config.ps_index) if servicer.checkpointer else None
+    if config.restore_dir:
+        checkpoint = restore_shard(config.restore_dir, config.ps_index)
+        if checkpoint is not None:
+            same_dir = config.checkpoint_dir and Path(config.checkpoint_dir).resolve() == Path(config.restore_dir).resolve()
+            servicer.restore(checkpoint, version_at_exit if same_dir else None)
+            await servicer.final_checkpoint()  # the restore (and its counters) survives the next crash too
+        else:
+            log(logger, logging.WARNING, "no checkpoint to restore: starting fresh", restore_dir=config.restore_dir,
+                updates_lost=version_at_exit or 0)
+            if version_at_exit:  # it had trained (and died before any checkpoint): say so, the workers re-initialise it
+                servicer.aggregator.counters["restores"] += 1
+                servicer.aggregator.counters["updates_lost_in_restart"] += version_at_exit
+    pb_grpc.add_ParameterServerServicer_to_server(servicer, server)
+    port = credentials.add_port(server, address(config.host, config.port))
+    if port == 0:
+        raise SystemExit(f"ps{config.ps_index}: could not bind {config.host}:{config.port}")
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if config.migrate_from:
+        await take_over(servicer, config, credentials, address(config.host, port))
+    write_ready_file(ready_file, port=port, role="ps", index=config.ps_index)
+    log(logger, logging.INFO, "serving", address=address(config.host, port), ps_index=config.ps_index, num_ps=config.num_ps,
+        tls=credentials.cert_pem is not None, authenticated=credentials.token is not None)
+    await stop.wait()
+    log(logger, logging.INFO, "shutting down", **servicer.aggregator.accounting())
+    await server.stop(grace=1.0)
+    servicer.mailboxes.close()
+    await servicer.final_checkpoint()

@@ -1,0 +1,194 @@
+"""The shared-memory transport on real PS daemons: the same bytes as gRPC, the same refusals,
+and no mailbox left behind by a clean exit or a kill -9."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import numpy as np
+import psutil
+import pytest
+import torch
+
+from star.plan import ssgd
+from star.rpc import star_pb2 as pb
+from star.rpc import star_pb2_grpc as pb_grpc
+from star.rpc.common import CHANNEL_OPTIONS
+from star.rpc.ps_client import PSClient
+from star.rpc.security import TOKEN_ENV, Credentials
+from star.shm import SHM_DIR, Mailbox, job_tag
+
+pytestmark = pytest.mark.integration
+
+NUMEL = 1000
+TOKEN = "s" * 24 + "-shm-test-token"
+
+
+def _mailboxes(job: str) -> list[str]:
+    return sorted(p.name for p in SHM_DIR.glob(f"star-{job_tag(job)}-*"))
+
+
+def _clients(addresses, transports, credentials=None, numel=NUMEL):
+    initial = torch.arange(numel, dtype=torch.float32) / numel
+    clients = [PSClient(addresses, worker_id=w, transport=t, credentials=credentials) for w, t in enumerate(transports)]
+    for client in clients:
+        client.wait_ready(30)
+        client.init_if_needed(initial, client.register(numel))
+    clients[0].configure(ssgd(list(range(len(clients))), epoch=1))
+    return initial, clients
+
+
+def test_shm_and_grpc_workers_pull_identical_bits_and_push_the_same_update(cluster):
+    addresses = cluster.start_ps(2, optimizer=("--optimizer.name", "sgd", "--optimizer.lr", "0.5", "--optimizer.momentum", "0.9"))
+    initial, (shm, plain) = _clients(addresses, ("shm", "grpc"))
+    assert (shm.transport_used, plain.transport_used) == ("shm", "grpc")
+    reference = torch.nn.Parameter(initial.clone())
+    optimizer = torch.optim.SGD([reference], lr=0.5, momentum=0.9)
+    pulled = [torch.empty(NUMEL), torch.empty(NUMEL)]
+    for step in range(3):
+        for client, out in zip((shm, plain), pulled):
+            client.pull(out, timeout_s=10)
+        assert torch.equal(pulled[0], pulled[1])
+        assert torch.equal(pulled[0], reference.detach())  # bit for bit, not just close
+        grads = [torch.randn(NUMEL, generator=torch.Generator().manual_seed(10 * step + w)) for w in range(2)]
+        for client, grad in zip((shm, plain), grads):
+            client.push(grad, iteration=step, timeout_s=10)
+        reference.grad = (grads[0] + grads[1]) * 0.5
+        optimizer.step()
+    stats = shm.stats()
+    assert [s.counters["shm_pushes"] for s in stats] == [3, 3]  # the shm worker's pushes used the mailboxes
+    for client in (shm, plain):
+        client.close()
+
+
+def _raw_push(address: str, header: pb.PushHeader, credentials: Credentials, chunks=()):
+    channel = credentials.channel(address, CHANNEL_OPTIONS)
+
+    def messages():
+        yield pb.PushRequest(header=header)
+        for offset, data in chunks:
+            yield pb.PushRequest(chunk=pb.TensorChunk(offset=offset, data=data))
+
+    try:
+        return pb_grpc.ParameterServerStub(channel).Push(messages(), timeout=10)
+    finally:
+        channel.close()
+
+
+def test_every_refusal_is_still_refused_on_the_shm_path(cluster, monkeypatch):
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    addresses = cluster.start_ps(1)
+    good = Credentials(token=TOKEN)
+    _, (worker, other) = _clients(addresses, ("shm", "shm"), credentials=good)
+    params = torch.empty(NUMEL)
+    worker.pull(params, timeout_s=10)
+    box: Mailbox = worker.mailboxes[0]  # type: ignore[assignment]
+
+    def state():
+        stats = worker.stats()[0]
+        out = torch.empty(NUMEL)
+        worker.pull(out, timeout_s=10, observer=True)  # an observer pull records no round
+        return (stats.version, stats.accepted, stats.applied, stats.dropped, stats.pending), out
+
+    def header(**overrides):
+        fields = dict(worker_id=0, plan_epoch=1, base_version=0, iteration=0, dtype="float32", numel=NUMEL)
+        fields.update(overrides)
+        return pb.PushHeader(**fields)
+
+    before = state()
+    cases = {  # name: (gradient put in the mailbox, header fields, credentials, status, text in the message)
+        "wrong_length": (torch.ones(NUMEL), dict(numel=NUMEL - 1), good, grpc.StatusCode.INVALID_ARGUMENT, "shard's length"),
+        "stale_epoch": (torch.ones(NUMEL), dict(plan_epoch=0), good, grpc.StatusCode.FAILED_PRECONDITION, "older than the plan"),
+        "nan": (torch.full((NUMEL,), float("nan")), {}, good, grpc.StatusCode.INVALID_ARGUMENT, "NaN/Inf"),
+        "unknown_worker": (torch.ones(NUMEL), dict(worker_id=7), good, grpc.StatusCode.NOT_FOUND, "unknown worker 7"),
+        "bad_token": (torch.ones(NUMEL), {}, Credentials(token="w" * 32), grpc.StatusCode.UNAUTHENTICATED, "wrong job token"),
+        "no_token": (torch.ones(NUMEL), {}, Credentials(), grpc.StatusCode.UNAUTHENTICATED, "missing job token"),
+        "stamp_out_of_turn": (torch.ones(NUMEL), dict(shm_seq=10**6), good, grpc.StatusCode.INVALID_ARGUMENT, "does not match"),
+    }
+    for name, (gradient, overrides, credentials, code, text) in cases.items():
+        seq = box.put_push(gradient)
+        with pytest.raises(grpc.RpcError) as error:
+            _raw_push(addresses[0], header(**{"shm_seq": seq, **overrides}), credentials)
+        assert error.value.code() == code, name
+        assert text in error.value.details(), name
+    with pytest.raises(grpc.RpcError) as error:  # a mailbox push that also streams chunks
+        _raw_push(addresses[0], header(shm_seq=box.put_push(torch.ones(NUMEL))), good,
+                  [(0, np.ones(NUMEL, dtype="<f4").tobytes())])
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "no chunks" in error.value.details()
+    after = state()
+    assert after[0] == before[0] and torch.equal(after[1], before[1])
+    assert worker.push(torch.ones(NUMEL), iteration=0, timeout_s=10)[0].status == "pending"  # still usable
+    for client in (worker, other):
+        client.close()
+
+
+_WORKER = """
+import sys, time, torch
+from star.rpc.ps_client import PSClient
+client = PSClient([sys.argv[1]], worker_id=int(sys.argv[2]), transport="shm")
+client.wait_ready(30)
+client.init_if_needed(torch.zeros(1000), client.register(1000))
+print("registered", flush=True)
+time.sleep(600)
+"""
+
+
+def _ps_pid(address: str) -> int:
+    channel = grpc.insecure_channel(address)
+    try:
+        return pb_grpc.ParameterServerStub(channel).Health(pb.HealthRequest(), timeout=10).pid
+    finally:
+        channel.close()
+
+
+def _registered_worker(address: str, worker: int) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", _WORKER, address, str(worker)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "registered"
+    return process
+
+
+def _wait_exit(pid: int, timeout_s: float = 30.0) -> None:
+    """Until `pid` has exited (a zombie not yet reaped by its ProcessGroup counts as exited)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} did not exit")
+
+
+def test_no_mailbox_outlives_a_clean_exit_or_a_kill_9(cluster):
+    job = f"shmleak{secrets.token_hex(4)}"
+    workers: list[subprocess.Popen] = []
+    try:
+        (first,) = cluster.start_ps(1, "--job-id", job)
+        workers.append(_registered_worker(first, 0))
+        assert len(_mailboxes(job)) == 1
+        workers[0].kill()  # kill -9 of a worker: its mailbox is the PS's, which unlinks it on exit
+        workers[0].wait()
+        pid = _ps_pid(first)
+        os.kill(pid, signal.SIGTERM)
+        _wait_exit(pid)
+        assert _mailboxes(job) == []
+        (second,) = cluster.start_ps(1, "--job-id", job)
+        workers.append(_registered_worker(second, 1))
+        leaked = _mailboxes(job)
+        pid = _ps_pid(second)
+        os.kill(pid, signal.SIGKILL)  # kill -9 of a PS: its mailbox stays until the next start
+        _wait_exit(pid)
+        assert _mailboxes(job) == leaked and len(leaked) == 1
+        cluster.start_ps(1, "--job-id", job)
+        assert _mailboxes(job) == []
+    finally:
+        for process in workers:
+            process.kill()
+            process.wait()

@@ -1,0 +1,139 @@
+"""Shared-memory mailboxes (star/shm.py) and the bf16 wire format (star/flat.py), without daemons."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from star.flat import BF16_WIRE, ChunkAssembler, tensor_chunks
+from star.shm import Mailbox, ShmError, mailbox_name, sweep
+
+NUMEL = 1 << 20  # 4 MiB per area: copies long enough for a concurrent writer to overlap them
+
+
+@pytest.fixture
+def mailbox(tmp_path: Path):
+    box, nonce = Mailbox.create(mailbox_name("unit", 0, 3), NUMEL, directory=tmp_path)
+    peer = Mailbox.attach(box.path.name, NUMEL, nonce, directory=tmp_path)
+    try:
+        yield box, peer
+    finally:
+        peer.close()
+        box.close()
+
+
+def test_mailbox_moves_push_and_pull_payloads_bit_for_bit(mailbox):
+    ps_side, worker_side = mailbox
+    gradient = torch.randn(NUMEL, generator=torch.Generator().manual_seed(1))
+    seq = worker_side.put_push(gradient)
+    assert torch.equal(ps_side.take_push(seq), gradient)
+    params = torch.randn(NUMEL, generator=torch.Generator().manual_seed(2))
+    out = torch.empty(NUMEL)
+    worker_side.take_pull(out, ps_side.put_pull(tensor_chunks(params), version=5))
+    assert torch.equal(out, params)
+
+
+def test_a_stamp_that_does_not_match_the_call_is_refused(mailbox):
+    ps_side, worker_side = mailbox
+    seq = worker_side.put_push(torch.ones(NUMEL))
+    with pytest.raises(ShmError, match="does not match"):
+        ps_side.take_push(seq + 1)
+    with pytest.raises(ShmError, match="does not match"):
+        worker_side.take_pull(torch.empty(NUMEL), 1)  # nothing was put there
+
+
+def test_attach_refuses_a_mailbox_whose_nonce_differs(tmp_path):
+    box, nonce = Mailbox.create(mailbox_name("unit", 0, 1), 16, directory=tmp_path)
+    try:
+        with pytest.raises(ShmError, match="nonce"):
+            Mailbox.attach(box.path.name, 16, bytes(16), directory=tmp_path)
+        with pytest.raises(ShmError, match="cannot open"):
+            Mailbox.attach(mailbox_name("unit", 0, 2), 16, nonce, directory=tmp_path)
+    finally:
+        box.close()
+    assert not box.path.exists()
+
+
+_WRITER = """
+import sys, time, torch
+from pathlib import Path
+from star.flat import tensor_chunks
+from star.shm import Mailbox
+box = Mailbox.attach(sys.argv[1], int(sys.argv[2]), bytes.fromhex(sys.argv[3]), directory=Path(sys.argv[4]))
+box.owner = False
+# Small chunks: a slow writer, so that readers often copy while it is part-way through a version.
+payloads = [tensor_chunks(torch.full((box.numel,), float(value)), 1024) for value in (1, 2)]
+version = 1
+print("writing", flush=True)
+while True:  # out of turn on purpose: a PS that broke the ownership rule
+    box.put_pull(payloads[version % 2], version)
+    version += 1
+    time.sleep(0.003)  # a stamped version stays readable for a moment
+"""
+
+
+def test_a_reader_never_takes_a_mix_of_two_versions(tmp_path):
+    box, nonce = Mailbox.create(mailbox_name("unit", 0, 4), NUMEL, directory=tmp_path)
+    reader = Mailbox.attach(box.path.name, NUMEL, nonce, directory=tmp_path)
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, box.path.name, str(NUMEL), nonce.hex(), str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    out = torch.empty(NUMEL)
+    taken = refused = 0
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and taken < 100:
+            seq = int(box._header[5])  # the stamp as the reader would get it from a reply
+            if seq == 0:  # mid-write: a PS would not have replied yet
+                continue
+            try:
+                reader.take_pull(out, seq)
+            except ShmError:
+                refused += 1
+                continue
+            taken += 1
+            first = float(out[0])
+            assert torch.all(out == first), f"mixed read: values {out.min()}..{out.max()} under one stamp"
+    finally:
+        writer.kill()
+        writer.wait()
+        reader.close()
+        box.close()
+    assert taken > 0, f"no read completed ({refused} refused): the test exercised nothing"
+
+
+def test_sweep_unlinks_only_mailboxes_whose_owner_is_gone(tmp_path):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    dead = tmp_path / mailbox_name("job1", 0, 0, pid=dead_pid)
+    alive = tmp_path / mailbox_name("job1", 0, 1, pid=os.getpid())
+    unrelated = tmp_path / f"star-notamailbox-{dead_pid}"
+    for path in (dead, alive, unrelated):
+        path.write_bytes(b"x")
+    assert sweep(tmp_path) == [dead.name]
+    assert not dead.exists() and alive.exists() and unrelated.exists()
+
+
+def test_bf16_wire_halves_the_bytes_and_rounds_within_half_a_bf16_ulp():
+    generator = torch.Generator().manual_seed(3)
+    values = torch.randn(300_000, generator=generator) * torch.logspace(-20, 20, 300_000)
+    chunks = tensor_chunks(values, dtype=BF16_WIRE)
+    assert sum(len(data) for _, data in chunks) == 2 * values.numel()
+    assembler = ChunkAssembler(values.numel(), dtype=BF16_WIRE)
+    for offset, data in chunks:
+        assembler.add(offset, data)
+    received = assembler.finish()
+    assert received.dtype == torch.float32
+    # bfloat16 keeps 8 significant bits: round-to-nearest is off by at most 2^-8 of the value.
+    assert torch.all((received - values).abs() <= values.abs() * 2.0**-8)
+    exact = values.to(torch.bfloat16).float()  # values already on the bf16 grid travel unchanged
+    assembler = ChunkAssembler(values.numel(), dtype=BF16_WIRE)
+    for offset, data in tensor_chunks(exact, dtype=BF16_WIRE):
+        assembler.add(offset, data)
+    assert torch.equal(assembler.finish(), exact)
