@@ -461,7 +461,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             push_bytes_received=self.push_bytes_received,
             pushes_received=self.pushes_received,
         )
-        reply.counters["shm_pushes"], reply.counters["shm_pulls"] = self.mailboxes.pushes, self.mailboxes.pulls
+        boxes = self.mailboxes
+        reply.counters["shm_pushes"], reply.counters["shm_pulls"], reply.counters["bf16_pushes"] = boxes.pushes, boxes.pulls, boxes.bf16_pushes
         if self.shard is not None:
             reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end
         return reply

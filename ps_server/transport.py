@@ -16,7 +16,7 @@ import grpc
 import torch
 
 from ps_server.config import Rejected
-from star.flat import MAX_CHUNK_BYTES, ChunkAssembler, FlatError, wire_dtype
+from star.flat import BF16_WIRE, MAX_CHUNK_BYTES, ChunkAssembler, FlatError, wire_dtype
 from star.logs import log
 from star.rpc import star_pb2 as pb
 from star.rpc.common import max_stream_chunks
@@ -86,6 +86,7 @@ class Mailboxes:
         self.boxes: dict[int, Mailbox] = {}
         self.pushes = 0  # pushes that came through a mailbox
         self.pulls = 0
+        self.bf16_pushes = 0  # pushes whose chunks were bfloat16
         if enabled:
             removed = sweep()
             if removed:
@@ -109,7 +110,9 @@ class Mailboxes:
     def push_payload(self, header: pb.PushHeader, numel: int) -> ChunkPayload | MailboxPayload:
         """Where this push's gradient comes from: the worker's mailbox (shm_seq > 0) or the stream's chunks."""
         if not header.shm_seq:
-            return ChunkPayload(numel, "Push", header.dtype)
+            payload = ChunkPayload(numel, "Push", header.dtype)
+            self.bf16_pushes += payload.assembler.dtype == BF16_WIRE
+            return payload
         box = self.boxes.get(header.worker_id)
         if box is None or box.numel != numel:
             raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, "no_mailbox",

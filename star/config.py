@@ -18,6 +18,7 @@ from typing import Any
 
 from star.ddp_rules import DDP_MODE, ddp_refusal
 from star.errors import ConfigError
+from star.flat import WIRE_ELEMENT_BYTES
 from star.placement import PlacementConfig
 from star.plan import PlanError, SyncPlan, parse_groups, plan_for_mode
 from star.policy.controller import STRATEGIES, ControlConfig, initial_mode
@@ -25,6 +26,14 @@ from star.tta import EvalConfig
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 NONFINITE_POLICIES = ("reject", "skip")
+TRANSPORTS = ("auto", "shm", "grpc")  # how worker<->PS payloads move (star/shm.py, star/rpc/ps_client.py)
+WIRES = tuple(WIRE_ELEMENT_BYTES)  # payload dtypes on the gRPC wire
+
+
+def check_transport_fields(transport: str, wire: str) -> None:
+    """The `transport` and `wire` fields of a job or worker config."""
+    _require(transport in TRANSPORTS, "transport", transport, f"one of {TRANSPORTS}")
+    _require(wire in WIRES, "wire", wire, f"one of {WIRES}")
 
 
 def _require(condition: bool, field_name: str, value: Any, reason: str) -> None:
@@ -223,6 +232,8 @@ class JobConfig:
     host: str = "127.0.0.1"  # address every daemon binds to
     threads_per_process: int = 1  # torch intra-op threads in each worker / PS
     nonfinite: str = "reject"  # PS policy for NaN/Inf gradients: reject | skip
+    transport: str = "auto"  # worker<->PS payloads: auto (shared memory where co-located, else gRPC) | shm | grpc
+    wire: str = "float32"  # gRPC payload dtype for gradients and parameters: float32 | bfloat16 (PS master stays fp32)
     plan: PlanConfig = field(default_factory=PlanConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
@@ -241,6 +252,7 @@ class JobConfig:
         _require(self.eval_period_s > 0, "eval_period_s", self.eval_period_s, "must be > 0")
         _require(self.threads_per_process >= 1, "threads_per_process", self.threads_per_process, "must be >= 1")
         _require(self.nonfinite in NONFINITE_POLICIES, "nonfinite", self.nonfinite, f"one of {NONFINITE_POLICIES}")
+        check_transport_fields(self.transport, self.wire)
         if self.plan.mode == DDP_MODE:
             refusal = ddp_refusal(non_defaults(self))
             if refusal is not None:

@@ -49,6 +49,7 @@ from star.rpc.common import CONTROL_CHANNEL_OPTIONS, MAX_LABEL_CHARS, address, h
 from star.ps_watch import PsWatch
 from star.rpc.ps_client import RETRYABLE, PSClient, stats_at
 from star.rpc.security import Credentials
+from star.shm import transport_in_use
 from star.tasks import get_task
 
 logger = logging.getLogger("coordinator")
@@ -92,6 +93,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         self.started = time.monotonic()
         self.state = "starting"
         self.reason = ""
+        self.transport = ("", "")  # (transport, wire) the pushes took, from the PS stats (star.shm.transport_in_use)
         self.plan: SyncPlan | None = None
         self.latest: EvalPoint | None = None
         self.tta_s: float | None = None
@@ -162,6 +164,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                 tta_s=-1.0 if self.tta_s is None else self.tta_s,
                 workers_reporting=len(self.cluster.reports),
                 reason=self.reason,
+                transport=self.transport[0],
+                wire=self.transport[1],
             )
             if self.latest is not None:
                 reply.metric, reply.has_metric, reply.version = self.latest.metric, True, self.latest.version
@@ -337,6 +341,7 @@ class Coordinator:
         stats = self.ps.stats_each()
         plan = self.service.plan
         events, resend = self.ps_watch.observe(stats, plan.epoch if plan else 0)
+        self.service.transport = transport_in_use([s for s in stats if not isinstance(s, grpc.RpcError)])
         for event in events:
             event = dict(event)
             self.events.emit(event.pop("kind"), **event)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from star.evaluator import EvalPoint
+from star.shm import transport_in_use
 
 
 def result_dict(coordinator, points: list[EvalPoint], stats: list) -> dict:
@@ -42,6 +43,7 @@ def result_dict(coordinator, points: list[EvalPoint], stats: list) -> dict:
             for s in stats
         ],
         "reports_ignored": dict(service.cluster.ignored),
+        **dict(zip(("transport", "wire"), transport_in_use(stats))),
         **service.cluster.compute_vs_comm(),
         "straggler_detections": events.counts.get("straggler_detected", 0),
         "plan_switches": events.counts.get("plan", 0) - 1,

@@ -28,6 +28,7 @@ from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CONTROL_CHANNEL_OPTIONS, address
 from star.rpc.security import TOKEN_ENV, Credentials
+from star.shm import sweep as sweep_mailboxes
 
 
 def _flag_args(prefix: str, values: dict) -> list[str]:
@@ -132,6 +133,7 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
         if agent is not None:
             agent.stop()
         group.shutdown()
+        sweep_mailboxes()  # shared memory of any PS that did not exit cleanly
         if in_main_thread:
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
@@ -211,7 +213,7 @@ def start_workers(group: ProcessGroup, config: JobConfig, worker_ids, coordinato
     for w in worker_ids:
         args = ["worker", "--worker-id", str(w), "--num-workers", str(config.workers), "--task", config.task,
                 "--seed", str(config.seed), "--coordinator", coordinator_address,
-                "--threads", str(config.threads_per_process),
+                "--threads", str(config.threads_per_process), "--transport", config.transport, "--wire", config.wire,
                 *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
                 *(["--trace-path", str(trace.path), "--trace-stretch", str(trace.stretch)] if trace.path else []),
                 *(["--trace-workers", trace.workers] if trace.path and trace.workers else []), *relay,
@@ -314,4 +316,5 @@ def format_status(status: pb.JobStatusReply) -> str:
     return (
         f"[{status.elapsed_s:6.1f}s] {status.state:<8} mode={status.mode:<7} iter={status.max_iteration:<5} "
         f"{status.iterations_per_s:6.1f} it/s  version={status.version:<5} {metric}{reached}"
+        + (f"  transport={status.transport}/{status.wire}" if status.transport else "")
     )

@@ -195,3 +195,17 @@ class Mailbox:
             self._map.close()
         except BufferError:  # a caller still holds a view: the mapping goes with it
             pass
+
+
+def transport_in_use(stats: list) -> tuple[str, str]:
+    """(transport, wire) the pushes took, from every PS's Stats reply (pushes_received and the
+    shm_pushes / bf16_pushes counters): "shm" / "grpc" / "mixed" and "float32" / "bfloat16" / "mixed";
+    ("", "") before any push."""
+    pushes = sum(s.pushes_received for s in stats)
+    if not pushes:
+        return "", ""
+    shm = sum(s.counters.get("shm_pushes", 0) for s in stats)
+    bf16 = sum(s.counters.get("bf16_pushes", 0) for s in stats)
+    transport = "shm" if shm == pushes else "grpc" if shm == 0 else "mixed"
+    wire = "bfloat16" if bf16 and bf16 == pushes - shm else "float32" if bf16 == 0 else "mixed"
+    return transport, wire

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import grpc
 import torch
 
-from star.config import SecurityConfig
+from star.config import SecurityConfig, check_transport_fields
 from star.flat import FlatModel
 from star.logs import log
 from star.rpc.ps_client import RETRYABLE, PSClient, with_retries
@@ -60,6 +60,11 @@ class WorkerConfig:
     relay_host: str | None = None  # tree aggregation: serve a relay for tree children on this host (None: never a parent)
     tree_wait_s: float = 2.0  # a tree parent waits this long past its own gradient for missing children's
     max_workers: int = 4096  # worker ids a relay accepts from children
+    transport: str = "auto"  # payloads to the PSs: auto (shared memory with a co-located PS, else gRPC) | shm | grpc
+    wire: str = "float32"  # gRPC payload dtype: float32 | bfloat16
+
+    def __post_init__(self) -> None:
+        check_transport_fields(self.transport, self.wire)
 
 
 class Worker:
@@ -113,7 +118,7 @@ class Worker:
 
     def _train(self, addresses: list[str], credentials: Credentials, link: CoordinatorLink | None) -> None:
         c = self.config
-        with PSClient(addresses, c.worker_id, credentials=credentials) as ps:
+        with PSClient(addresses, c.worker_id, credentials=credentials, transport=c.transport, wire=c.wire) as ps:
             self._connect(ps)
             log(logger, logging.INFO, "training", worker=c.worker_id, numel=self.flat.numel, batch=self.batch_size)
             while not self.stop.is_set() and (c.max_iterations is None or self.iteration < c.max_iterations):
@@ -190,6 +195,7 @@ class Worker:
         accepted = self._retry("init", lambda: ps.init_if_needed(self.flat.params, replies))
         if accepted:
             log(logger, logging.INFO, "initialised parameter servers", count=accepted)
+        log(logger, logging.INFO, "payload transport", transport=ps.transport_used, wire=self.config.wire)
 
     def _rejoin(self, ps: PSClient, exc: grpc.RpcError) -> None:
         log(logger, logging.WARNING, "a parameter server does not know this worker (restarted?): registering again",

@@ -18,7 +18,8 @@ from typing import Callable, Sequence, TypeVar
 import grpc
 import torch
 
-from star.flat import WIRE_DTYPE, FlatError, ShardRange, shard_ranges, tensor_chunks, wire_dtype, write_chunk
+from star.config import check_transport_fields
+from star.flat import WIRE_DTYPE, ShardRange, shard_ranges, tensor_chunks, write_chunk
 from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
@@ -30,17 +31,6 @@ T = TypeVar("T")
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 MAX_REDIRECTS = 4  # a shard that keeps moving faster than a call can follow is an outage
-TRANSPORTS = ("auto", "shm", "grpc")  # how payloads move: see the module docstring
-
-
-def check_transport(transport: str, wire: str) -> str:
-    """The wire dtype for `wire` ("fp32"/"bf16" accepted too); ValueError names a bad field."""
-    if transport not in TRANSPORTS:
-        raise ValueError(f"transport {transport!r} is not one of {', '.join(TRANSPORTS)}")
-    try:
-        return wire_dtype({"fp32": "float32", "bf16": "bfloat16"}.get(wire, wire))
-    except FlatError as exc:
-        raise ValueError(f"wire: {exc}") from None
 
 
 def moved_to(exc: grpc.RpcError) -> str | None:
@@ -73,7 +63,8 @@ class PSClient:
         """`credentials` default to the job token in STAR_JOB_TOKEN (if any), without TLS."""
         if not addresses:
             raise ValueError("ps_addresses must name at least one parameter server")
-        self.transport, self.wire = transport, check_transport(transport, wire)
+        check_transport_fields(transport, wire)
+        self.transport, self.wire = transport, wire
         self.mailboxes: list[Mailbox | None] = [None] * len(addresses)
         self.addresses = list(addresses)
         self.worker_id = worker_id

@@ -445,7 +445,7 @@ class JobStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class JobStatusReply(_message.Message):
-    __slots__ = ("state", "elapsed_s", "max_iteration", "iterations_per_s", "metric", "has_metric", "metric_name", "version", "mode", "reached", "tta_s", "workers_reporting", "reason")
+    __slots__ = ("state", "elapsed_s", "max_iteration", "iterations_per_s", "metric", "has_metric", "metric_name", "version", "mode", "reached", "tta_s", "workers_reporting", "reason", "transport", "wire")
     STATE_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
     MAX_ITERATION_FIELD_NUMBER: _ClassVar[int]
@@ -459,6 +459,8 @@ class JobStatusReply(_message.Message):
     TTA_S_FIELD_NUMBER: _ClassVar[int]
     WORKERS_REPORTING_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    WIRE_FIELD_NUMBER: _ClassVar[int]
     state: str
     elapsed_s: float
     max_iteration: int
@@ -472,7 +474,9 @@ class JobStatusReply(_message.Message):
     tta_s: float
     workers_reporting: int
     reason: str
-    def __init__(self, state: _Optional[str] = ..., elapsed_s: _Optional[float] = ..., max_iteration: _Optional[int] = ..., iterations_per_s: _Optional[float] = ..., metric: _Optional[float] = ..., has_metric: _Optional[bool] = ..., metric_name: _Optional[str] = ..., version: _Optional[int] = ..., mode: _Optional[str] = ..., reached: _Optional[bool] = ..., tta_s: _Optional[float] = ..., workers_reporting: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    transport: str
+    wire: str
+    def __init__(self, state: _Optional[str] = ..., elapsed_s: _Optional[float] = ..., max_iteration: _Optional[int] = ..., iterations_per_s: _Optional[float] = ..., metric: _Optional[float] = ..., has_metric: _Optional[bool] = ..., metric_name: _Optional[str] = ..., version: _Optional[int] = ..., mode: _Optional[str] = ..., reached: _Optional[bool] = ..., tta_s: _Optional[float] = ..., workers_reporting: _Optional[int] = ..., reason: _Optional[str] = ..., transport: _Optional[str] = ..., wire: _Optional[str] = ...) -> None: ...
 
 class ContributeHeader(_message.Message):
     __slots__ = ("worker_id", "plan_epoch", "shard_versions", "numel", "batch_size")

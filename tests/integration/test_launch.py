@@ -60,6 +60,7 @@ def test_two_ps_four_workers_reach_the_digits_target(tmp_path, mode):
         _assert_rounds_came_in_tree_pushes(result)
     assert result["reached"], f"{mode}: final {result['final_metric']} after {result['train_s']} s"
     assert result["iterations"] > 0 and result["updates"] > 0
+    assert (result["transport"], result["wire"]) == ("shm", "float32")  # transport=auto, every PS on this host
     _assert_every_gradient_accounted_for(result)
     curve = (tmp_path / "curve.csv").read_text().splitlines()
     assert curve[0] == "time_s,version,metric" and len(curve) > 1

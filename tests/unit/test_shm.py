@@ -7,12 +7,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from star.flat import BF16_WIRE, ChunkAssembler, tensor_chunks
-from star.shm import Mailbox, ShmError, mailbox_name, sweep
+from star.shm import Mailbox, ShmError, mailbox_name, sweep, transport_in_use
 
 NUMEL = 1 << 20  # 4 MiB per area: copies long enough for a concurrent writer to overlap them
 
@@ -137,3 +138,15 @@ def test_bf16_wire_halves_the_bytes_and_rounds_within_half_a_bf16_ulp():
     for offset, data in tensor_chunks(exact, dtype=BF16_WIRE):
         assembler.add(offset, data)
     assert torch.equal(assembler.finish(), exact)
+
+
+def _stats(pushes: int, shm: int = 0, bf16: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(pushes_received=pushes, counters={"shm_pushes": shm, "bf16_pushes": bf16})
+
+
+def test_transport_in_use_says_how_the_pushes_reached_the_parameter_servers():
+    assert transport_in_use([]) == ("", "")
+    assert transport_in_use([_stats(4, shm=4), _stats(4, shm=4)]) == ("shm", "float32")
+    assert transport_in_use([_stats(4), _stats(4, bf16=4)]) == ("grpc", "mixed")
+    assert transport_in_use([_stats(4, bf16=4)]) == ("grpc", "bfloat16")
+    assert transport_in_use([_stats(4, shm=1, bf16=3)]) == ("mixed", "bfloat16")
