@@ -91,9 +91,11 @@ def bench_memcpy(numel: int, iterations: int, warmup: int) -> float:
 
 def _rounds(procs: Processes, args: argparse.Namespace, numel: int, addresses: list[str], gloo_world: int,
             gloo_node: int) -> dict:
+    # Namespaces stand for separate hosts, but they share this machine's /dev/shm: auto would find it.
+    transport = "grpc" if procs.prefixes else args.transport
     workers = [procs.driver(f"worker{w}", args.ps + w, ["--role", "worker", "--rank", str(w), "--world", str(args.workers),
                                                              "--addresses", ",".join(addresses), "--numel", str(numel),
-                                                             "--transport", args.transport, "--wire", args.wire])
+                                                             "--transport", transport, "--wire", args.wire])
                for w in range(args.workers)]
     if workers[0].read() != "ready":
         raise RuntimeError("worker 0 did not get ready")

@@ -93,19 +93,22 @@ class Mailboxes:
                 log(logger, logging.INFO, "removed shared-memory mailboxes of processes that are gone", count=len(removed))
 
     def offer(self, worker: int, numel: int) -> tuple[str, bytes]:
-        """A fresh mailbox for `worker` (its old one, if any, is unlinked); ("", b"") when none can be made."""
-        old = self.boxes.pop(worker, None)
-        if old is not None:
-            old.close()
+        """`worker`'s mailbox (the one it already has, so that a second Register under its id, e.g. the
+        evaluator's, or a restarted worker's, maps the same file); ("", b"") when none can be made."""
         if not self.enabled:
             return "", b""
+        box = self.boxes.get(worker)
+        if box is not None and box.numel == numel:
+            return box.path.name, box.nonce
+        if box is not None:
+            self.boxes.pop(worker).close()
         try:
-            box, nonce = Mailbox.create(mailbox_name(self.job_id, self.ps_index, worker), numel)
+            box, _ = Mailbox.create(mailbox_name(self.job_id, self.ps_index, worker), numel)
         except (OSError, ShmError) as exc:
             log(logger, logging.WARNING, "no shared-memory mailbox: this worker's payloads go over gRPC", worker=worker, error=str(exc))
             return "", b""
         self.boxes[worker] = box
-        return box.path.name, nonce
+        return box.path.name, box.nonce
 
     def push_payload(self, header: pb.PushHeader, numel: int) -> ChunkPayload | MailboxPayload:
         """Where this push's gradient comes from: the worker's mailbox (shm_seq > 0) or the stream's chunks."""

@@ -102,6 +102,7 @@ class Mailbox:
         self.push_area = torch.frombuffer(self._map, dtype=torch.float32, count=numel, offset=HEADER_BYTES)
         self.pull_area = torch.frombuffer(self._map, dtype=torch.float32, count=numel, offset=HEADER_BYTES + 4 * numel)
         self._seq = 0
+        self.nonce = b""  # the creator's: what attach() must find in the header
 
     @classmethod
     def create(cls, name: str, numel: int, directory: Path = SHM_DIR) -> tuple["Mailbox", bytes]:
@@ -119,6 +120,7 @@ class Mailbox:
         box._header[0] = MAGIC
         box._header[1:3] = np.frombuffer(nonce, dtype=np.uint64)
         box._header[_NUMEL] = numel
+        box.nonce = nonce
         return box, nonce
 
     @classmethod

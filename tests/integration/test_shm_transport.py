@@ -48,6 +48,8 @@ def test_shm_and_grpc_workers_pull_identical_bits_and_push_the_same_update(clust
     addresses = cluster.start_ps(2, optimizer=("--optimizer.name", "sgd", "--optimizer.lr", "0.5", "--optimizer.momentum", "0.9"))
     initial, (shm, plain) = _clients(addresses, ("shm", "grpc"))
     assert (shm.transport_used, plain.transport_used) == ("shm", "grpc")
+    evaluator = PSClient(addresses, worker_id=0)  # registers under worker 0's id, as star.evaluator does
+    evaluator.register(NUMEL)  # ... which must leave worker 0's mailbox in place
     reference = torch.nn.Parameter(initial.clone())
     optimizer = torch.optim.SGD([reference], lr=0.5, momentum=0.9)
     pulled = [torch.empty(NUMEL), torch.empty(NUMEL)]
@@ -63,7 +65,7 @@ def test_shm_and_grpc_workers_pull_identical_bits_and_push_the_same_update(clust
         optimizer.step()
     stats = shm.stats()
     assert [s.counters["shm_pushes"] for s in stats] == [3, 3]  # the shm worker's pushes used the mailboxes
-    for client in (shm, plain):
+    for client in (shm, plain, evaluator):
         client.close()
 
 
