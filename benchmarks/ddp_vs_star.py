@@ -135,6 +135,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=float, default=None, help="metric target (default the task's)")
     p.add_argument("--batch-size", type=int, default=None, help="per worker (default the task's)")
     p.add_argument("--max-time-s", type=float, default=300.0, help="per run")
+    p.add_argument("--rows", default=",".join(name for name, _, _ in RUNS), help="which rows to run (default all)")
     p.add_argument("--out", default="benchmarks/results/ddp_vs_star")
     return p
 
@@ -146,6 +147,9 @@ def main(argv: list[str] | None = None, run: Callable[[JobConfig], dict] = launc
         task = task_name(args.task, args.preset)
         if args.workers < 1 or args.ps < 1 or args.repeats < 1:
             raise BenchError(f"--workers {args.workers}, --ps {args.ps}, --repeats {args.repeats}: each must be >= 1")
+        unknown = set(args.rows.split(",")) - {name for name, _, _ in RUNS}
+        if unknown:
+            raise BenchError(f"--rows: unknown {', '.join(sorted(unknown))} (known: {', '.join(n for n, _, _ in RUNS)})")
         if args.trace != "mid3x" and not Path(args.trace).is_file():
             raise BenchError(f"--trace {args.trace!r}: no such file (or use 'mid3x')")
     except BenchError as exc:
@@ -157,11 +161,12 @@ def main(argv: list[str] | None = None, run: Callable[[JobConfig], dict] = launc
     if trace == "mid3x":
         trace = str(middle_half_trace(out / "mid3x.csv", args.workers - 1, 3.0, args.mid_start, args.mid_end, args.workers))
     raw: list[dict] = []
-    total = len(RUNS) * args.repeats
+    rows_to_run = [r for r in RUNS if r[0] in args.rows.split(",")]
+    total = len(rows_to_run) * args.repeats
     for repeat in range(args.repeats):
         seed = args.seed + repeat
-        for index, (name, mode, traced) in enumerate(RUNS, 1):
-            print(f"[{repeat * len(RUNS) + index}/{total}] {name} seed={seed} ...", file=sys.stderr, flush=True)
+        for index, (name, mode, traced) in enumerate(rows_to_run, 1):
+            print(f"[{repeat * len(rows_to_run) + index}/{total}] {name} seed={seed} ...", file=sys.stderr, flush=True)
             run_out = out / name / f"seed{seed}"
             result = run(job(args, task, mode, trace if traced else None, run_out, seed))
             raw.append({"run": name, "mode": mode, "trace": Path(trace).name if traced else "none", "seed": seed,

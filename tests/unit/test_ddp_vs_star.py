@@ -55,3 +55,13 @@ def test_speed_needs_two_evaluations(tmp_path):
     assert ddp_vs_star.s_per_iter(path) is None
     path.write_text("time_s,version,metric\n1.0,3,0.5\n4.0,9,0.6\n")
     assert ddp_vs_star.s_per_iter(path) == 0.5
+
+
+def test_rows_picks_a_subset_and_an_unknown_row_exits_2(tmp_path, capsys):
+    calls: list[JobConfig] = []
+    assert ddp_vs_star.main(["--task", "gpt", "--preset", "1m", "--rows", "ddp-clean,star-ssgd-clean", "--repeats", "1",
+                             "--out", str(tmp_path)], run=fake_run(calls)) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [c.plan.mode for c in calls] == ["ddp", "ssgd"] and figures["star_auto_tta_s"] is None
+    assert ddp_vs_star.main(["--rows", "ddp-clean,nope", "--out", str(tmp_path)], run=fake_run([])) == 2
+    assert "--rows: unknown nope" in capsys.readouterr().err
