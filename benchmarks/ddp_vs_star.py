@@ -51,15 +51,20 @@ def task_name(task: str, preset: str | None) -> str:
 
 
 def s_per_iter(curve_path: Path) -> float | None:
-    """Seconds per synchronous step over a run's evaluations, or None with fewer than two of them."""
+    """Seconds per synchronous step between the first sightings of the first and last versions evaluated
+    (a run that stops mid-step leaves a flat tail of one version, which must not count); None with fewer
+    than two versions."""
+    first_seen: dict[int, float] = {}
     try:
         with open(curve_path, newline="") as handle:
-            rows = [(float(r["time_s"]), int(r["version"])) for r in csv.DictReader(handle)]
+            for row in csv.DictReader(handle):
+                first_seen.setdefault(int(row["version"]), float(row["time_s"]))
     except OSError:
         return None
-    if len(rows) < 2 or rows[-1][1] <= rows[0][1]:
+    if len(first_seen) < 2:
         return None
-    return (rows[-1][0] - rows[0][0]) / (rows[-1][1] - rows[0][1])
+    low, high = min(first_seen), max(first_seen)
+    return (first_seen[high] - first_seen[low]) / (high - low)
 
 
 def job(args: argparse.Namespace, task: str, mode: str, trace: str | None, out: Path, seed: int) -> JobConfig:
@@ -136,6 +141,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="per worker (default the task's)")
     p.add_argument("--max-time-s", type=float, default=300.0, help="per run")
     p.add_argument("--rows", default=",".join(name for name, _, _ in RUNS), help="which rows to run (default all)")
+    p.add_argument("--from-runs", action="store_true", help="run nothing: summarise OUT/runs.csv and the runs' curves again")
     p.add_argument("--out", default="benchmarks/results/ddp_vs_star")
     return p
 
@@ -161,7 +167,12 @@ def main(argv: list[str] | None = None, run: Callable[[JobConfig], dict] = launc
     if trace == "mid3x":
         trace = str(middle_half_trace(out / "mid3x.csv", args.workers - 1, 3.0, args.mid_start, args.mid_end, args.workers))
     raw: list[dict] = []
-    rows_to_run = [r for r in RUNS if r[0] in args.rows.split(",")]
+    if args.from_runs:  # summarise runs already made (OUT/runs.csv), measuring their curves again
+        with open(out / "runs.csv", newline="") as handle:
+            raw = [{**r, "seed": int(r["seed"]), "reached": r["reached"] == "True",
+                    "tta_s": float(r["tta_s"]) if r["tta_s"] else None,
+                    "s_per_iter": s_per_iter(out / r["run"] / f"seed{r['seed']}" / "curve.csv")} for r in csv.DictReader(handle)]
+    rows_to_run = [] if args.from_runs else [r for r in RUNS if r[0] in args.rows.split(",")]
     total = len(rows_to_run) * args.repeats
     for repeat in range(args.repeats):
         seed = args.seed + repeat

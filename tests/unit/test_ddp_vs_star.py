@@ -41,6 +41,10 @@ def test_json_line_has_the_goal_figures_from_paired_interleaved_runs(tmp_path, c
     assert all(c.ps == 1 for c in calls if c.plan.mode != "ddp")
     assert [c.trace.path is not None for c in calls[:5]] == [False, False, True, True, True]
     assert (tmp_path / "summary.md").exists() and (tmp_path / "runs.csv").exists()
+    # --from-runs: the same figures again from the saved runs, starting nothing.
+    assert ddp_vs_star.main(["--task", "gpt", "--preset", "1m", "--workers", "2", "--ps", "1", "--repeats", "3",
+                             "--out", str(tmp_path), "--from-runs"], run=fake_run(calls)) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == figures and len(calls) == 15
 
 
 def test_unknown_preset_exits_2_naming_the_flag(tmp_path, capsys):
@@ -54,6 +58,8 @@ def test_speed_needs_two_evaluations(tmp_path):
     path.write_text("time_s,version,metric\n1.0,3,0.5\n")
     assert ddp_vs_star.s_per_iter(path) is None
     path.write_text("time_s,version,metric\n1.0,3,0.5\n4.0,9,0.6\n")
+    assert ddp_vs_star.s_per_iter(path) == 0.5
+    path.write_text("time_s,version,metric\n1.0,3,0.5\n2.0,3,0.5\n4.0,9,0.6\n9.0,9,0.6\n")  # flat tails do not count
     assert ddp_vs_star.s_per_iter(path) == 0.5
 
 
