@@ -29,7 +29,9 @@ class AmpConfig:
 
     min_gain: float = 0.1  # the per-sample time must fall by at least this fraction to keep AMP on
     verify_reports: int = 3  # fresh iterations (with AMP on) needed before judging a toggle
-    assumed_speedup: float = 2.0  # with batch sizing on: AMP is not tried where even this speed-up would gain < min_gain
+    assumed_speedup: float = 2.0  # with batch sizing on: AMP is not tried where even this speed-up would gain < min_added_gain
+    min_added_gain: float = 0.03  # with batch sizing on: AMP stays only if it cuts the predicted iteration by this much
+    # beyond batch sizes alone (it costs bf16 precision and a verification period with the worker's batch held)
 
 
 @dataclass(frozen=True)

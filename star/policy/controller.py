@@ -317,21 +317,21 @@ class Controller:
             if self.amp.workers.get(w) is not None and self.amp.workers[w].state is not AmpState.OFF:
                 continue
             added = self._amp_added_gain(w, per_sample, active, held, best)
-            if added is not None and added.gain < self.config.amp_policy.min_gain:
+            if added is not None and added.gain < self.config.amp_policy.min_added_gain:
                 self.amp.mark_redundant(w)
                 events.append({"kind": "amp_skipped", "worker": w, "amp": False,
-                               "reason": added.explain(w, best, self.config.amp_policy.min_gain, measured=False)})
+                               "reason": added.explain(w, best, self.config.amp_policy.min_added_gain, measured=False)})
 
     def _keep_amp_under_batch(self, d: AmpDecision, active: Mapping[int, WorkerSummary], per_sample: Mapping[int, float],
                               held: set[int]) -> AmpDecision:
-        """A verified AMP switch stays only if it beats batch sizes alone by min_gain (measured speed-up)."""
+        """A verified AMP switch stays only if it beats batch sizes alone by min_added_gain (measured speed-up)."""
         speedup = self.amp.speedup(d.worker)
         plain = {**per_sample, d.worker: per_sample[d.worker] * speedup}
         added = self._amp_added_gain(d.worker, plain, active, held, speedup)
-        if added is None or added.gain >= self.config.amp_policy.min_gain:
+        if added is None or added.gain >= self.config.amp_policy.min_added_gain:
             return d
         self.amp.mark_redundant(d.worker)
-        return AmpDecision(d.worker, False, added.explain(d.worker, speedup, self.config.amp_policy.min_gain, measured=True),
+        return AmpDecision(d.worker, False, added.explain(d.worker, speedup, self.config.amp_policy.min_added_gain, measured=True),
                            speedup)
 
     def _plan(self, period: int, current: SyncPlan, active: Mapping[int, WorkerSummary], stragglers: frozenset[int],

@@ -6,7 +6,8 @@ feedback of a worker's own batch size on its per-sample time (fixed per-iteratio
 spread over fewer or more samples) — makes the sizes churn. So the solver sees a
 reference speed per worker that moves only when the worker's smoothed time (an EMA) has
 stayed outside a band around the reference for `confirm` decisions in a row; then the
-reference jumps to the smoothed time. Noisy but stationary speeds never move it; a real
+reference (and the EMA) jump to the mean of the raw measurements of that streak, so a
+real step is followed in one move rather than chased by the lagging EMA. Noisy but stationary speeds never move it; a real
 change moves it after `confirm` decisions. Pure: no clock, no I/O.
 """
 
@@ -27,8 +28,8 @@ class SpeedChange:
 class _Track:
     ema_s: float
     reference_s: float
-    outside: int = 0  # decisions in a row with the EMA outside the band, on the same side
     side: int = 0  # +1 slower than the reference, -1 faster
+    streak: list[float] = field(default_factory=list)  # raw measurements while the EMA stayed outside on `side`
 
 
 @dataclass
@@ -54,11 +55,13 @@ class SpeedTracker:
             track.ema_s = self.alpha * s + (1 - self.alpha) * track.ema_s
             ratio = track.ema_s / track.reference_s
             side = 1 if ratio > 1 + self.band else -1 if ratio < 1 / (1 + self.band) else 0
-            track.outside = track.outside + 1 if side and side == track.side else (1 if side else 0)
+            track.streak = (track.streak + [s] if side == track.side else [s]) if side else []
             track.side = side
-            if track.outside >= self.confirm:
-                changes.append(SpeedChange(w, track.reference_s, track.ema_s))
-                track.reference_s, track.outside, track.side = track.ema_s, 0, 0
+            if len(track.streak) >= self.confirm:
+                new = sum(track.streak) / len(track.streak)
+                changes.append(SpeedChange(w, track.reference_s, new))
+                track.reference_s = track.ema_s = new
+                track.side, track.streak = 0, []
         return changes
 
     def reference(self, workers: Mapping[int, float] | list[int]) -> dict[int, float]:

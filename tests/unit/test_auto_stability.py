@@ -73,7 +73,7 @@ def test_speed_tracker_moves_only_after_confirmed_departures_from_the_band():
 def test_auto_does_not_try_amp_where_batch_sizes_alone_balance_the_straggler():
     controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
     plan = ssgd(range(4), epoch=1)
-    decisions = [controller.decide(p, plan, summaries({0: 1e-3, 1: 1e-3, 2: 1.5e-3, 3: 3e-3})) for p in range(6)]
+    decisions = [controller.decide(p, plan, summaries({0: 1e-3, 1: 1e-3, 2: 1.5e-3, 3: 20e-3})) for p in range(6)]
     assert all(d.amp == {} for d in decisions)
     skipped = [e for d in decisions for e in d.events if e["kind"] == "amp_skipped"]
     assert len(skipped) == 1 and skipped[0]["worker"] == 3 and "not tried" in skipped[0]["reason"]
@@ -105,3 +105,11 @@ def test_auto_keeps_a_verified_amp_that_beats_batch_sizes_alone():
     verified = [d for d in later if d.amp]
     assert verified and verified[0].amp == {2: True}
     assert controller.amp.workers[2].state is AmpState.ON
+
+
+def test_a_confirmed_step_moves_the_reference_to_the_new_level_in_one_move():
+    tracker = SpeedTracker(alpha=0.3, band=0.15, confirm=2)
+    tracker.observe({0: 1.0})
+    moves = [tracker.observe({0: 3.0}) for _ in range(6)]
+    assert [len(m) for m in moves] == [0, 1, 0, 0, 0, 0]
+    assert tracker.reference([0]) == {0: 3.0}
