@@ -1,5 +1,6 @@
 """The coordinator on a real job: a replayed slowdown is detected within 3 decision periods,
-AMP is switched on for the straggler and off after it recovers, all in events.jsonl."""
+AMP is switched on for the straggler and off after it recovers (or, on a CPU where bf16 autocast
+is slower than fp32, undone as ineffective and never tried again), all in events.jsonl."""
 
 from __future__ import annotations
 
@@ -13,6 +14,16 @@ from star.traces import Trace, write_simple_csv
 pytestmark = pytest.mark.integration
 
 DECISION_PERIOD_S = 1.0
+
+
+def cpu_has_fast_bf16() -> bool:
+    """bf16 autocast speeds a CPU step up only with native bf16 instructions (AVX-512 BF16 or AMX);
+    without them (AVX2) it is several times slower, and the AMP policy must undo it."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def test_straggler_is_detected_amp_toggled_on_and_off_again(tmp_path):
@@ -36,9 +47,14 @@ def test_straggler_is_detected_amp_toggled_on_and_off_again(tmp_path):
 
     amp_events = [e for e in events if e["kind"] == "amp" and e["worker"] == 3]
     assert amp_events[0]["amp"] is True and amp_events[0]["t"] >= detected["t"]
-    recovery = next(e for e in events if e["kind"] == "slowdown_changed" and e["worker"] == 3 and e["factor"] == 1.0)
-    recovered = next(e for e in events if e["kind"] == "straggler_recovered" and e["t"] > recovery["t"])
-    off = next(e for e in amp_events if e["amp"] is False and e["t"] >= recovered["t"])
-    assert "recovered" in off["reason"]
+    if cpu_has_fast_bf16():
+        recovery = next(e for e in events if e["kind"] == "slowdown_changed" and e["worker"] == 3 and e["factor"] == 1.0)
+        recovered = next(e for e in events if e["kind"] == "straggler_recovered" and e["t"] > recovery["t"])
+        off = next(e for e in amp_events if e["amp"] is False and e["t"] >= recovered["t"])
+        assert "recovered" in off["reason"]
+    else:  # verified, found slower, undone, and never switched on again for this worker
+        off = next(e for e in amp_events if e["amp"] is False)
+        assert "did not help" in off["reason"], off
+        assert not [e for e in amp_events if e["amp"] is True and e["t"] > off["t"]]
     assert not [e for e in events if e["kind"] == "straggler_detected" and e["worker"] != 3]
     assert result["amp_toggles"] >= 2
