@@ -20,6 +20,8 @@ PS_ONLY_FIELDS = (
     "plan.tree_fanout",
     "resume",
     "nonfinite",
+    "transport",
+    "wire",
 )
 
 

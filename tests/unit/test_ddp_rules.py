@@ -37,7 +37,8 @@ def test_a_plain_ddp_job_config_is_accepted_but_has_no_sync_plan():
 
 
 @pytest.mark.parametrize("flags, field", [(["--k", "1"], "plan.k"), (["--staleness", "2"], "plan.staleness"),
-                                          (["--groups", "0;1"], "plan.groups"), (["--ps", "2"], "ps")])
+                                          (["--groups", "0;1"], "plan.groups"), (["--ps", "2"], "ps"),
+                                          (["--wire", "bfloat16"], "wire")])
 def test_cli_ddp_with_a_ps_option_exits_2_naming_it_even_at_its_default(flags, field, capsys, tmp_path):
     code = main(["launch", "--mode", "ddp", "--workers", "2", "--out", str(tmp_path), *flags])
     err = capsys.readouterr().err
