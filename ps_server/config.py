@@ -32,6 +32,7 @@ class PSConfig:
     restore_dir: str | None = None  # start from this PS's newest checkpoint in this directory, when there is one
     migrate_from: str | None = None  # take the shard over from the PS serving it at this address (a live move)
     drain_timeout_s: float = 30.0  # handing the shard over: wait this long for the pushes of workers it served
+    metrics_port: int | None = None  # serve Prometheus /metrics on this port (0: a free one; None: not at all)
     shm: bool = True  # offer workers that ask a shared-memory mailbox (used when they share this host; star/shm.py)
 
     def __post_init__(self) -> None:

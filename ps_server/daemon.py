@@ -13,6 +13,7 @@ import torch
 from ps_server.checkpointing import restore_shard
 from ps_server.config import PSConfig
 from ps_server.handover import take_over
+from ps_server.metrics import start_ps_metrics
 from ps_server.server import ParameterServer
 from star.logs import log
 from star.rpc import star_pb2_grpc as pb_grpc
@@ -53,7 +54,8 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
         loop.add_signal_handler(sig, stop.set)
     if config.migrate_from:
         await take_over(servicer, config, credentials, address(config.host, port))
-    write_ready_file(ready_file, port=port, role="ps", index=config.ps_index)
+    metrics_port = start_ps_metrics(servicer, loop, config.host, config.metrics_port) if config.metrics_port is not None else None
+    write_ready_file(ready_file, port=port, role="ps", index=config.ps_index, metrics_port=metrics_port)
     log(logger, logging.INFO, "serving", address=address(config.host, port), ps_index=config.ps_index, num_ps=config.num_ps,
         tls=credentials.cert_pem is not None, authenticated=credentials.token is not None)
     await stop.wait()

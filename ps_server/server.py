@@ -30,6 +30,7 @@ from star.policy.noise import NoiseAccumulator
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import MAX_BATCH_SIZE, MAX_EPOCH, MAX_LABEL_CHARS, MOVED_TO_KEY, plan_from_proto
+from star.waits import WaitLedger
 
 __all__ = ["PSConfig", "ParameterServer", "serve"]  # PSConfig lives in ps_server.config; imported from here too
 
@@ -56,6 +57,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         self._tree: tuple[SyncPlan | None, dict[int, tuple[int, ...]], dict[int, int]] = (None, {}, {})
         self.push_bytes_received = 0
         self.pushes_received = 0
+        self.pull_bytes_sent = 0  # parameter bytes streamed to pulls over gRPC (shared-memory pulls not included)
+        self.waits = WaitLedger()  # who made whom wait, by this PS's clock (straggler summary, /metrics)
         self.noise = NoiseAccumulator()
         self._waiters: dict[int, asyncio.Future] = {}
         self._started = time.monotonic()
@@ -143,6 +146,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
     def _carry_out(self, effects: Effects) -> None:
         """Apply, drop, then release: released pulls must see the new parameters."""
         shard = self.shard
+        self.waits.settled(effects, None, 0.0)  # forget rounds flushed without a closer
         for apply in effects.applies:
             gradients = [self._gradients.pop(gid) for gid in apply.gradient_ids]
             batches = [self._batch_sizes.pop(gid, 0) for gid in apply.gradient_ids]
@@ -272,6 +276,9 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             self._batch_sizes[outcome.gradient_id] = header.batch_size
             if header.contributors:
                 self._counts[outcome.gradient_id] = 1 + len(header.contributors)
+        now = time.monotonic()
+        self.waits.arrived(outcome.gradient_id, header.worker_id, now)
+        self.waits.settled(outcome.effects, outcome.gradient_id, now)
         self._carry_out(outcome.effects)
         return pb.PushReply(status=outcome.status.value, version=self.aggregator.version, gradient_id=outcome.gradient_id)
 
@@ -349,6 +356,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         )
         for offset, data in chunks:
             yield pb.PullReply(chunk=pb.TensorChunk(offset=offset, data=data))
+            self.pull_bytes_sent += len(data)
 
     def _tree_role(self, worker: int) -> dict:
         """The puller's place in the plan's aggregation tree, for its pull header. A parent that
@@ -440,6 +448,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         counts = agg.accounting()
         counters = {k: v for k, v in agg.counters.items()}
         counters.update({f"rejected_{k}": v for k, v in self.rejected.items()})
+        counters.update(self.waits.counters())
         reply = pb.PsStats(
             ps_index=self.config.ps_index,
             version=agg.version,

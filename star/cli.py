@@ -259,6 +259,20 @@ def _run_bench(args: argparse.Namespace) -> int:
     return run_from_args(args)
 
 
+def _report_parser(sub) -> None:
+    p = sub.add_parser("report", help="report.png + report.md of a run (heatmap, decisions, curve), or several runs' curves overlaid")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="output directories of finished star launch runs")
+    p.add_argument("--out", help="where to write (default: the run's directory; several runs: the first one's parent)")
+    p.set_defaults(handler=_run_report)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from star.report import write_report
+
+    print(f"wrote {write_report(args.run_dirs, args.out)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="star", description="STAR: straggler-tolerant parameter-server training")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -271,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     _calibrate_parser(sub)
     _train_selector_parser(sub)
     _bench_parser(sub)
+    _report_parser(sub)
     return parser
 
 

@@ -243,6 +243,8 @@ class JobConfig:
     placement: PlacementConfig = field(default_factory=PlacementConfig)  # where PS shards go across hosts (star node), re-placement
     node: NodeConfig = field(default_factory=NodeConfig)  # multi-host jobs: this node's rank, the rendezvous store
     resume: str | None = None  # continue a stopped job from its last complete checkpoint set (its OUT or checkpoint dir)
+    metrics_port: int | None = None  # Prometheus /metrics: coordinator at P, PS i at P+1+i (0: free ports; URLs in OUT/metrics.json)
+    tensorboard: bool = True  # write TensorBoard scalars to OUT/tensorboard/
 
     def __post_init__(self) -> None:
         _require(self.workers >= 1, "workers", self.workers, "must be >= 1")
@@ -261,6 +263,8 @@ class JobConfig:
             if self.plan.k is not None:
                 _require(self.plan.k <= self.workers, "plan.k", self.plan.k, f"must be <= workers ({self.workers})")
             self.plan.build(self.workers)  # fails early on groups that do not match the workers
+        _require(self.metrics_port is None or 0 <= self.metrics_port <= 65535 - self.ps - 1, "metrics_port",
+                 self.metrics_port, f"must be 0 (free ports) or a port with room for {self.ps} PS ports above it")
         if self.resume is not None:
             _require(Path(self.resume).is_dir(), "resume", self.resume, "no such directory")
         # The job's own daemons are each other's TLS clients: they need the CA that signed the certificate.

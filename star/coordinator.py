@@ -41,6 +41,7 @@ from star.coordinator_checks import (  # noqa: F401 - ABSURD_S and friends are p
 )
 from star.coordinator_result import result_dict
 from star.events import EventLog
+from star.observe import JobObserver
 from star.logs import log
 from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
@@ -79,6 +80,8 @@ class CoordinatorConfig:
     security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS (server and PS channels)
     placement: PlacementConfig = field(default_factory=PlacementConfig)  # PS re-placement when a PS host stays saturated
     placement_file: str | None = None  # JSON of the start-up placement decision (star node writes it): logged as an event
+    metrics_port: int | None = None  # serve Prometheus /metrics on this port (0: a free one; None: not at all)
+    tensorboard: bool = True  # write TensorBoard scalars to OUT/tensorboard/
 
 
 class CoordinatorService(pb_grpc.CoordinatorServicer):
@@ -101,6 +104,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         self.metric_name = ""
         self._rate = (time.monotonic(), 0)
         self._rate_value = 0.0
+        self.observer: JobObserver | None = None  # metrics, TensorBoard, straggler summary (set by Coordinator)
 
     def _directives_for(self, worker: int) -> pb.Directives:
         directives = pb.Directives()
@@ -126,7 +130,10 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         with self.lock:
             history = self.cluster.reports.get(request.worker_id)
             previous = history[-1].slowdown if history else 1.0
-            if self.cluster.accept(request, time.monotonic() - self.started) and abs(request.slowdown - previous) > 0.1 * previous:
+            accepted = self.cluster.accept(request, time.monotonic() - self.started)
+            if accepted and self.observer is not None:
+                self.observer.on_report(request)
+            if accepted and abs(request.slowdown - previous) > 0.1 * previous:
                 self.events.emit("slowdown_changed", worker=request.worker_id, iteration=request.iteration,
                                  factor=round(request.slowdown, 4), reason="replayed trace")
             return self._directives_for(request.worker_id)
@@ -212,6 +219,8 @@ class Coordinator:
         self.out.mkdir(parents=True, exist_ok=True)
         self.events = EventLog(self.out / "events.jsonl")
         self.service = CoordinatorService(config, self.events)
+        self.observer = self.service.observer = JobObserver(self.out, config.tensorboard)
+        self.events.listeners.append(self.observer.on_event)
         self.task = get_task(config.task)
         self.target = config.target if config.target is not None else self.task.default_target
         self.service.metric_name = self.task.metric_name
@@ -411,6 +420,7 @@ class Coordinator:
 
     def _record(self, point: EvalPoint, curve: CurveWriter) -> None:
         curve.add(point)
+        self.observer.on_eval(self.task.metric_name, point.metric, point.version)
         service = self.service
         with service.lock:
             if service.state == "starting":
@@ -444,6 +454,7 @@ class Coordinator:
             log(logger, logging.WARNING, "could not read PS stats for the result", error=exc.code())
             stats = []
         result = result_dict(self, points, stats)
+        result["straggler_summary"] = self.observer.straggler_summary([dict(s.counters) for s in stats])
         tmp = self.out / "result.json.tmp"
         tmp.write_text(json.dumps(result, indent=2))
         os.replace(tmp, self.out / "result.json")
@@ -453,6 +464,7 @@ class Coordinator:
 
     def close(self) -> None:
         self.ps.close()
+        self.observer.close()
         self.events.close()
 
 
@@ -473,7 +485,9 @@ def run_coordinator(config: CoordinatorConfig, ready_file: str | None = None) ->
     server.start()
     try:
         coordinator.configure_initial_plan()
-        write_ready_file(ready_file, port=port, role="coordinator")
+        metrics_port = (coordinator.observer.serve_metrics(config.host, config.metrics_port, coordinator.task.metric_name)
+                        if config.metrics_port is not None else None)
+        write_ready_file(ready_file, port=port, role="coordinator", metrics_port=metrics_port)
         log(logger, logging.INFO, "serving", port=port, workers=config.num_workers, mode=config.plan.mode)
         control = threading.Thread(target=coordinator.run_control, name="control", daemon=True)
         control.start()

@@ -6,7 +6,7 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 class EventLog:
@@ -18,6 +18,7 @@ class EventLog:
         self._lock = threading.Lock()
         self._handle = open(path, "a", buffering=1) if path else None
         self.counts: dict[str, int] = {}
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []  # called with every event, after it is written
 
     def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = {"t": round(self._clock() - self._start, 4), "kind": kind, **fields}
@@ -25,6 +26,8 @@ class EventLog:
             self.counts[kind] = self.counts.get(kind, 0) + 1
             if self._handle is not None:
                 self._handle.write(json.dumps(event, default=str) + "\n")
+        for listener in self.listeners:
+            listener(event)
         return event
 
     def close(self) -> None:

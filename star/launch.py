@@ -24,6 +24,8 @@ from star.config import JobConfig, to_toml
 from star.ddp_rules import DDP_MODE
 from star.node_agent import NodeAgent
 from star.processes import Child, LaunchError, ProcessGroup, _tail, _wait_ready  # noqa: F401 (ProcessGroup, _wait_ready re-exported for tests and benchmarks)
+from star.metrics import METRICS_FILE, check_metrics_ports, ps_metrics_port, ready_metrics_port, write_metrics_file
+from star.straggler import format_summary
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CONTROL_CHANNEL_OPTIONS, address
@@ -93,6 +95,8 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     checkpoints = Path(config.faults.checkpoint_dir or out / "checkpoints")
     job_id, restore_dir = _job_identity(config, checkpoints)
     credentials = job_credentials(config, out)
+    check_metrics_ports(config.host, config.metrics_port, config.ps)
+    (out / METRICS_FILE).unlink(missing_ok=True)
     group = ProcessGroup(out / "logs", env={TOKEN_ENV: credentials.token or ""})
     started = time.monotonic()
     interrupted = False
@@ -120,6 +124,11 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
         served = start_ps_daemons(group, ps_args, range(config.ps), config.host, startup_timeout_s, checkpoints, restore_dir)
         addresses = [served[i][1] for i in range(config.ps)]
         coordinator_address = start_coordinator(group, config, config.host, addresses, out, startup_timeout_s)
+        if config.metrics_port is not None:
+            urls = write_metrics_file(out, config.host, ready_metrics_port(group.log_dir / "coordinator.ready"),
+                                      [ready_metrics_port(group.log_dir / f"ps{i}.ready") for i in range(config.ps)])
+            if progress:
+                progress(f"metrics: {urls['coordinator']} (coordinator), {', '.join(map(str, urls['ps']))} (PSs)")
         # This host's agent: resource reports to the coordinator, and the PS moves it orders.
         agent = NodeAgent(config.host, 0, group, ps_args, credentials, str(checkpoints))
         for i, (child, ps_address) in served.items():
@@ -145,6 +154,8 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
                   restarts={c.name: c.restarts for c in group.children if c.restarts}, job_id=job_id,
                   resumed_from=str(restore_dir) if restore_dir else None)
     result_path.write_text(json.dumps(result, indent=2))
+    if progress and result.get("straggler_summary"):
+        progress("straggler summary (seconds; others waited: by the PSs' clocks):\n" + format_summary(result["straggler_summary"]))
     return result
 
 
@@ -155,7 +166,8 @@ def ps_command(config: JobConfig, optimizer, host: str, shard: int, ready: Path,
             "--ready-file", str(ready), *_flag_args("optimizer.", vars(optimizer)), *_security_flags(config),
             "--checkpoint-dir", str(checkpoints), "--job-id", job_id,
             "--checkpoint-every-s", str(config.faults.checkpoint_every_s),
-            "--checkpoint-every-updates", str(config.faults.checkpoint_every_updates)]
+            "--checkpoint-every-updates", str(config.faults.checkpoint_every_updates),
+            *(["--metrics-port", str(ps_metrics_port(config.metrics_port, shard))] if config.metrics_port is not None else [])]
 
 
 def start_ps_daemons(group: ProcessGroup, ps_args: Callable[[int, Path], list[str]], shards, host: str,
@@ -172,6 +184,8 @@ def start_ps_daemons(group: ProcessGroup, ps_args: Callable[[int, Path], list[st
         port = _wait_ready(group, child, ready, startup_timeout_s)
         # A crashed PS comes back on the same port from its own newest checkpoint.
         child.restart_args = _with_flag(args, "--port", str(port)) + ["--restore-dir", str(checkpoints)]
+        if (metrics_port := ready_metrics_port(ready)) is not None:  # a restarted PS serves /metrics where it did
+            child.restart_args = _with_flag(child.restart_args, "--metrics-port", str(metrics_port))
         served[i] = (child, address(host, port))
     return served
 
@@ -189,6 +203,8 @@ def start_coordinator(group: ProcessGroup, config: JobConfig, host: str, ps_addr
          "--port", "0", "--ready-file", str(ready),
          *(["--target", str(config.target)] if config.target is not None else []),
          *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
+         *(["--metrics-port", str(config.metrics_port)] if config.metrics_port is not None else []),
+         *([] if config.tensorboard else ["--no-tensorboard"]),
          *_flag_args("control.", dataclasses.asdict(config.control)),
          *_flag_args("evaluation.", dataclasses.asdict(config.evaluation)),
          *_flag_args("placement.", dataclasses.asdict(config.placement)),
