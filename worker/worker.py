@@ -21,7 +21,8 @@ from star.flat import FlatModel
 from star.logs import log
 from star.rpc.ps_client import RETRYABLE, PSClient, with_retries
 from star.rpc.security import Credentials
-from star.tasks import BatchStream, get_task
+from star.tasks import get_task
+from star.tasks.dataset import batch_stream
 from star.traces import WorkerSlowdown, load_worker_slowdown, slowdown_sleep_s
 from worker.amp import AmpSwitch
 from worker.pacing import PushPacer
@@ -79,7 +80,7 @@ class Worker:
         self.batch_size = config.batch_size or self.task.default_batch_size
         self.base_batch = self.batch_size  # the even share; batch directives are relative to it
         self.amp = AmpSwitch(self.device, enabled=config.amp)
-        self.batches = BatchStream(self.task.train, config.worker_id, config.num_workers, seed=config.seed)
+        self.batches = batch_stream(self.task, config.worker_id, config.num_workers, config.seed, self.batch_size)
         self.slowdown = self._load_slowdown()
         self.iteration = 0
         self.stale_pushes = 0

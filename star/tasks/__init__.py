@@ -1,6 +1,6 @@
 """Built-in training tasks and the contract user tasks follow."""
 
-from star.tasks.base import Task, TaskData
+from star.tasks.base import Task, TaskData, seeded_build
 from star.tasks.registry import TASK_NAMES, TaskSpecError, get_task
 from star.tasks.sharding import BatchStream, shard_indices
 
@@ -11,5 +11,6 @@ __all__ = [
     "TaskData",
     "TaskSpecError",
     "get_task",
+    "seeded_build",
     "shard_indices",
 ]

@@ -9,9 +9,10 @@ may depend on process-local state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 METRICS = ("accuracy", "loss")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -53,8 +54,8 @@ class Task:
 
     name: str
     build_model: Callable[[int], torch.nn.Module]
-    train: TaskData
-    heldout: TaskData
+    train: TaskData | Dataset  # in-memory tensors, or a map-style Dataset each worker reads its shard of through a DataLoader
+    heldout: TaskData | Dataset
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     metric_name: str
     higher_is_better: bool
@@ -64,6 +65,9 @@ class Task:
     default_optimizer: str
     default_momentum: float
     eval_batch_size: int = 256
+    collate_fn: Callable | None = None  # Dataset tasks: turns a list of samples into (inputs, targets); default torch's
+    loader_workers: int = 0  # Dataset tasks: DataLoader num_workers in each worker process
+    pin_memory: bool = False  # Dataset tasks: DataLoader pin_memory (for CUDA workers)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -73,10 +77,15 @@ class Task:
                 raise TypeError(f"Task.{field} must be callable")
         for field in ("train", "heldout"):
             value = getattr(self, field)
-            if not isinstance(value, TaskData):
-                raise TypeError(f"Task.{field} must be a TaskData, got {type(value).__name__}")
+            if not isinstance(value, TaskData) and not is_map_dataset(value):
+                raise TypeError(f"Task.{field} must be a TaskData (inputs and targets tensors) or a map-style "
+                                f"torch.utils.data.Dataset (with __len__ and __getitem__), got {type(value).__name__}")
             if len(value) == 0:
                 raise ValueError(f"Task.{field} is empty")
+        if self.collate_fn is not None and not callable(self.collate_fn):
+            raise TypeError("Task.collate_fn must be callable or None")
+        if not isinstance(self.loader_workers, int) or self.loader_workers < 0:
+            raise ValueError(f"Task.loader_workers must be an int >= 0, got {self.loader_workers!r}")
         if self.metric_name not in METRICS:
             raise ValueError(f"Task.metric_name must be one of {METRICS}, got {self.metric_name!r}")
         if self.default_optimizer not in OPTIMIZERS:
@@ -98,10 +107,8 @@ class Task:
         total, count = 0.0, 0
         try:
             with torch.no_grad():
-                for start in range(0, len(self.heldout), self.eval_batch_size):
-                    stop = start + self.eval_batch_size
-                    inputs = self.heldout.inputs[start:stop].to(device)
-                    targets = self.heldout.targets[start:stop].to(device)
+                for inputs, targets in self.heldout_batches():
+                    inputs, targets = inputs.to(device), targets.to(device)
                     outputs = model(inputs)
                     n = inputs.shape[0]
                     if self.metric_name == "accuracy":
@@ -113,9 +120,32 @@ class Task:
             model.train(was_training)
         return total / count
 
+    def heldout_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Held-out (inputs, targets) batches of eval_batch_size, in order, from tensors or a Dataset."""
+        data = self.heldout
+        if isinstance(data, TaskData):
+            for start in range(0, len(data), self.eval_batch_size):
+                yield data.inputs[start:start + self.eval_batch_size], data.targets[start:start + self.eval_batch_size]
+            return
+        for batch in DataLoader(data, batch_size=self.eval_batch_size, shuffle=False, collate_fn=self.collate_fn):
+            yield as_pair(batch)
+
     def reached(self, metric: float, target: float) -> bool:
         """Whether `metric` is at least as good as `target` in this task's direction."""
         return metric >= target if self.higher_is_better else metric <= target
+
+
+def is_map_dataset(data: object) -> bool:
+    """A map-style Dataset: indexable, with a length (an IterableDataset cannot be sharded by index)."""
+    return isinstance(data, Dataset) and not isinstance(data, IterableDataset) and hasattr(data, "__len__")
+
+
+def as_pair(batch: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """A collated batch must be (inputs, targets): a clear error otherwise."""
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        items = f" of {len(batch)} items" if isinstance(batch, (tuple, list)) else ""
+        raise TypeError(f"a batch of the task's Dataset must collate to (inputs, targets), got {type(batch).__name__}{items}")
+    return batch[0], batch[1]
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:
