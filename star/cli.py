@@ -261,7 +261,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 def _report_parser(sub) -> None:
     p = sub.add_parser("report", help="report.png + report.md of a run (heatmap, decisions, curve), or several runs' curves overlaid")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="output directories of finished star launch runs")
+    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="output directories of finished star launch runs (one or more)")
     p.add_argument("--out", help="where to write (default: the run's directory; several runs: the first one's parent)")
     p.set_defaults(handler=_run_report)
 

@@ -131,12 +131,13 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             history = self.cluster.reports.get(request.worker_id)
             previous = history[-1].slowdown if history else 1.0
             accepted = self.cluster.accept(request, time.monotonic() - self.started)
-            if accepted and self.observer is not None:
-                self.observer.on_report(request)
             if accepted and abs(request.slowdown - previous) > 0.1 * previous:
                 self.events.emit("slowdown_changed", worker=request.worker_id, iteration=request.iteration,
                                  factor=round(request.slowdown, 4), reason="replayed trace")
-            return self._directives_for(request.worker_id)
+            directives = self._directives_for(request.worker_id)
+        if accepted and self.observer is not None:  # outside the lock: files and TensorBoard never hold up JobStatus
+            self.observer.on_report(request)
+        return directives
 
     def SetDirectives(self, request: pb.SetDirectivesRequest, context: grpc.ServicerContext) -> pb.SetDirectivesReply:
         if problem := directives_problem(request, self.config.num_workers):

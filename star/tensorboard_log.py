@@ -20,7 +20,7 @@ class TensorBoardLog:
     def __init__(self, logdir: str | Path):
         from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
 
-        self.writer = SummaryWriter(str(logdir), flush_secs=2)
+        self.writer = SummaryWriter(str(logdir), max_queue=10_000, flush_secs=2)  # a deep queue: adding never waits on the disk
         self.version = 0  # latest update seen: the step decisions are drawn at
 
     def metric(self, name: str, value: float, version: int) -> None:

@@ -37,7 +37,8 @@ def _scrape(url: str) -> dict[str, float]:
 
 
 class Scraper(threading.Thread):
-    """Scrapes the coordinator and PS 0 twice, a few seconds apart, once every worker has reported."""
+    """Scrapes the coordinator and PS 0 twice, a few seconds apart, once every worker has reported and
+    the first evaluation is in."""
 
     def __init__(self, out: Path):
         super().__init__(daemon=True)
@@ -51,7 +52,8 @@ class Scraper(threading.Thread):
             self.urls = json.loads((self.out / METRICS_FILE).read_text())
             while len(self.scrapes) < 2 and not self.done.is_set():
                 job = _scrape(self.urls["coordinator"])
-                if all(f'star_worker_iterations_total{{worker="{w}"}}' in job for w in range(WORKERS)):
+                reported = all(f'star_worker_iterations_total{{worker="{w}"}}' in job for w in range(WORKERS))
+                if reported and 'star_job_metric{metric="accuracy"}' in job:  # every worker reported, one evaluation done
                     self.scrapes.append((job, _scrape(self.urls["ps"][0])))
                     self.done.wait(3.0)
                 else:
