@@ -27,6 +27,7 @@ from pathlib import Path
 
 from star.config import from_dict, JobConfig
 from star.launch import launch
+from star.report import write_report
 from star.traces import Trace, write_simple_csv
 from star.tta import bootstrap_median, bootstrap_ratio, coefficient_of_variation, median_or_none  # noqa: F401 (re-exported)
 
@@ -48,6 +49,7 @@ def run_one(args: argparse.Namespace, strategy: str, trace: str | None, out: Pat
     if trace:
         data["trace"] = {"path": trace, "stretch": args.trace_stretch, **({"workers": args.trace_workers} if args.trace_workers else {})}
     result = launch(from_dict(JobConfig, data))
+    write_report([out])  # OUT/<run>/seed<N>/report.png and report.md
     return result
 
 
@@ -163,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["| " + " | ".join("" if r[c] is None else (f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c])) for c in columns) + " |" for r in rows]
     table = "\n".join(lines)
     (out / "summary.md").write_text(table + "\n")
+    write_report([out / name / f"seed{seeds[0]}" for _, _, name in runs], out)  # the first seed's curves overlaid: OUT/report.png
     print(table)
     print(json.dumps({"task": args.task, "trace": Path(trace).name, "repeats": args.repeats,
                       "median_tta_s": {r["run"]: r["tta_s"] for r in rows}}))

@@ -121,7 +121,8 @@ class Worker:
         c = self.config
         with PSClient(addresses, c.worker_id, credentials=credentials, transport=c.transport, wire=c.wire) as ps:
             self._connect(ps)
-            log(logger, logging.INFO, "training", worker=c.worker_id, numel=self.flat.numel, batch=self.batch_size)
+            log(logger, logging.INFO, "training", worker=c.worker_id, numel=self.flat.numel, batch=self.batch_size,
+                data=type(self.batches).__name__)
             while not self.stop.is_set() and (c.max_iterations is None or self.iteration < c.max_iterations):
                 t0 = time.monotonic()
                 if not self._pull(ps):

@@ -1,7 +1,8 @@
 """One real job with a straggler, observed every way at once: /metrics scraped while it runs
 (names, labels, counters that only grow), TensorBoard files read back, the straggler summary's
-waiting checked against the workers' own clocks, `star report` on the recorded run; and a
-metrics port in use refused before anything starts."""
+waiting checked against the workers' own clocks, `star report` on the recorded run; a
+metrics port in use refused before anything starts; the own-model example (a Dataset task)
+trained to its target."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -64,7 +64,8 @@ class Scraper(threading.Thread):
 
 def test_a_straggled_run_is_visible_in_metrics_tensorboard_the_straggler_summary_and_its_report(tmp_path):
     trace = tmp_path / "trace.csv"
-    trace.write_text("iteration,worker,factor\n0,3,1\n3,3,3\n")  # worker 3 three times slower from iteration 3 on
+    # Run worker i replays trace worker i: worker 3 three times slower from iteration 3 on, the others never.
+    trace.write_text("iteration,worker,factor\n" + "".join(f"0,{w},1\n" for w in range(WORKERS)) + "3,3,3\n")
     out = tmp_path / "run"
     config = from_dict(JobConfig, {"task": "digits", "workers": WORKERS, "ps": PS, "out": str(out), "max_time_s": 30.0,
                                    "target": 0.85, "metrics_port": 0, "plan": {"mode": "amp"}, "trace": {"path": str(trace)}})
@@ -132,3 +133,17 @@ def test_launch_refuses_a_metrics_port_in_use_naming_the_field(tmp_path):
     assert f"metrics_port={port}" in run.stderr and "already in use" in run.stderr
     assert "Traceback" not in run.stderr
     assert not (tmp_path / "logs" / "coordinator.log").exists()  # refused before anything started
+
+
+def test_the_own_model_example_trains_to_its_target_with_its_data_served_through_a_dataloader(tmp_path, monkeypatch):
+    example = Path(__file__).resolve().parents[2] / "examples" / "own_model"
+    monkeypatch.setenv("PYTHONPATH", str(example))  # the user's module, importable by every process
+    monkeypatch.syspath_prepend(str(example))
+    out = tmp_path / "own"
+    config = from_dict(JobConfig, {"task": "own_task:build_task", "workers": 2, "ps": 1, "out": str(out),
+                                   "max_time_s": 60.0, "tensorboard": False})
+    result = launch(config)
+    assert result["reached"], result
+    assert result["target"] == 0.85  # the example's documented default target
+    assert "data=DatasetStream" in (out / "logs" / "worker0.log").read_text()
+    assert not (out / "tensorboard").exists()
