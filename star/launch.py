@@ -89,7 +89,7 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     optimizer = config.optimizer.resolved(task.default_optimizer, task.default_lr, task.default_momentum)
     out = Path(config.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    for stale in ("result.json", "curve.csv", "events.jsonl"):
+    for stale in ("result.json", "curve.csv", "events.jsonl", "iterations.csv"):
         (out / stale).unlink(missing_ok=True)
     (out / "config.toml").write_text(to_toml(config))
     checkpoints = Path(config.faults.checkpoint_dir or out / "checkpoints")

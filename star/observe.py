@@ -38,9 +38,12 @@ class JobObserver:
         self._version_changed_at: float | None = None
         self._finished = False
         self._closed = False
-        self._iterations_handle = open(out / ITERATIONS_FILE, "w", newline="")
+        path = out / ITERATIONS_FILE
+        fresh = not path.exists() or path.stat().st_size == 0
+        self._iterations_handle = open(path, "a", newline="")  # a restarted coordinator appends
         self._iterations = csv.writer(self._iterations_handle)
-        self._iterations.writerow(ITERATION_COLUMNS)
+        if fresh:
+            self._iterations.writerow(ITERATION_COLUMNS)
         self.tensorboard = None
         if tensorboard:
             from star.tensorboard_log import TensorBoardLog

@@ -64,8 +64,9 @@ class Scraper(threading.Thread):
 
 def test_a_straggled_run_is_visible_in_metrics_tensorboard_the_straggler_summary_and_its_report(tmp_path):
     trace = tmp_path / "trace.csv"
-    # Run worker i replays trace worker i: worker 3 three times slower from iteration 3 on, the others never.
-    trace.write_text("iteration,worker,factor\n" + "".join(f"0,{w},1\n" for w in range(WORKERS)) + "3,3,3\n")
+    # Run worker i replays trace worker i: worker 3 three times slower from iteration 3 on (the last row
+    # keeps the trace from wrapping around), the others never.
+    trace.write_text("iteration,worker,factor\n" + "".join(f"0,{w},1\n" for w in range(WORKERS)) + "3,3,3\n100000,3,3\n")
     out = tmp_path / "run"
     config = from_dict(JobConfig, {"task": "digits", "workers": WORKERS, "ps": PS, "out": str(out), "max_time_s": 30.0,
                                    "target": 0.85, "metrics_port": 0, "plan": {"mode": "amp"}, "trace": {"path": str(trace)}})
