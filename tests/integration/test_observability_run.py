@@ -68,7 +68,7 @@ def test_a_straggled_run_is_visible_in_metrics_tensorboard_the_straggler_summary
     # keeps the trace from wrapping around), the others never.
     trace.write_text("iteration,worker,factor\n" + "".join(f"0,{w},1\n" for w in range(WORKERS)) + "3,3,3\n100000,3,3\n")
     out = tmp_path / "run"
-    config = from_dict(JobConfig, {"task": "digits", "workers": WORKERS, "ps": PS, "out": str(out), "max_time_s": 30.0,
+    config = from_dict(JobConfig, {"task": "digits", "workers": WORKERS, "ps": PS, "out": str(out), "max_time_s": 20.0,
                                    "target": 0.85, "metrics_port": 0, "plan": {"mode": "amp"}, "trace": {"path": str(trace)}})
     scraper = Scraper(out)
     scraper.start()
