@@ -29,7 +29,7 @@ from star.plan import PlanError, SyncPlan, tree_layout
 from star.policy.noise import NoiseAccumulator
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import MAX_BATCH_SIZE, MAX_EPOCH, MAX_LABEL_CHARS, MOVED_TO_KEY, plan_from_proto
+from star.rpc.common import MAX_BATCH_SIZE, MAX_EPOCH, MAX_LABEL_CHARS, MOVED_TO_KEY, plan_from_proto, plan_to_proto
 from star.waits import WaitLedger
 
 __all__ = ["PSConfig", "ParameterServer", "serve"]  # PSConfig lives in ps_server.config; imported from here too
@@ -454,6 +454,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             version=agg.version,
             plan_epoch=max(agg.epoch, 0),
             plan=agg.plan.describe() if agg.plan else "",
+            plan_in_force=plan_to_proto(agg.plan) if agg.plan else None,
             accepted=counts["accepted"],
             applied=counts["applied"],
             dropped=counts["dropped"],

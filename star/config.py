@@ -173,7 +173,7 @@ class FaultConfig:
     checkpoint_every_s: float = 10.0  # each PS checkpoints its shard this often (0 = not by time); always at shutdown
     checkpoint_every_updates: int = 0  # ... and/or every this many updates (0 = not by count)
     checkpoint_dir: str | None = None  # default OUT/checkpoints
-    max_restarts: int = 3  # a crashed worker or PS is restarted (a PS from its last checkpoint) this many times per job
+    max_restarts: int = 3  # a crashed worker, PS or coordinator is restarted (a PS from its last checkpoint, the coordinator from the PSs) this many times per job
 
     def __post_init__(self) -> None:
         _require(self.checkpoint_every_s >= 0, "faults.checkpoint_every_s", self.checkpoint_every_s, "must be >= 0")

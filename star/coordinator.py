@@ -39,7 +39,9 @@ from star.coordinator_checks import (  # noqa: F401 - ABSURD_S and friends are p
     report_problem,
     resources_problem,
 )
+from star.coordinator_restore import restore_coordinator
 from star.coordinator_result import result_dict
+from star.coordinator_state import STATE_FILE, plain_state, restore_plain_state, write_state
 from star.events import EventLog
 from star.observe import JobObserver
 from star.logs import log
@@ -82,6 +84,7 @@ class CoordinatorConfig:
     placement_file: str | None = None  # JSON of the start-up placement decision (star node writes it): logged as an event
     metrics_port: int | None = None  # serve Prometheus /metrics on this port (0: a free one; None: not at all)
     tensorboard: bool = True  # write TensorBoard scalars to OUT/tensorboard/
+    restore: bool = False  # restarted after a crash: plan from the PSs, policy state from OUT/coordinator_state.json, curve from OUT/curve.csv
 
 
 class CoordinatorService(pb_grpc.CoordinatorServicer):
@@ -131,6 +134,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             history = self.cluster.reports.get(request.worker_id)
             previous = history[-1].slowdown if history else 1.0
             accepted = self.cluster.accept(request, time.monotonic() - self.started)
+            if accepted:
+                self.cluster.joined.add(request.worker_id)  # after a coordinator restart, reports are how workers are known
             if accepted and abs(request.slowdown - previous) > 0.1 * previous:
                 self.events.emit("slowdown_changed", worker=request.worker_id, iteration=request.iteration,
                                  factor=round(request.slowdown, 4), reason="replayed trace")
@@ -229,6 +234,13 @@ class Coordinator:
         self.credentials = Credentials.load(config.security)
         self.ps = PSClient(config.ps_addresses, credentials=self.credentials)
         self.ps_watch = PsWatch()
+        self.restored_control: tuple[int, dict] | None = None  # (decision period, controller state) of a restored coordinator
+        self.restored_points: list[EvalPoint] = []  # curve.csv of the coordinator this one replaced
+
+    def start(self) -> None:
+        """Take the job over from the PSs (restore) or send the initial plan."""
+        if not (self.config.restore and restore_coordinator(self)):
+            self.configure_initial_plan()
 
     def configure_initial_plan(self) -> None:
         """Send the configured plan, with an epoch newer than any a (resumed) PS already holds."""
@@ -261,9 +273,13 @@ class Coordinator:
         service, period = self.service, 0
         replacement = ReplacementPolicy(self.config.placement)
         rate = Rate()
+        if self.restored_control is not None:
+            period = self.restored_control[0]
+            restore_plain_state(controller, self.restored_control[1])
         while not self.stop.wait(control.decision_period_s):
             if service.state in ("done", "finished"):
                 return
+            self._save_state(period, controller)
             stats = self._watch_ps()
             now = time.monotonic() - service.started
             with service.lock:
@@ -301,6 +317,16 @@ class Coordinator:
                     service.directives.setdefault(worker, pb.Directives()).batch_size = size
             if decision.plan is not None:
                 self._switch_plan(decision.plan)
+
+    def _save_state(self, period: int, controller: Controller) -> None:
+        """What a restarted coordinator needs beyond the PSs' state (see star.coordinator_state)."""
+        with self.service.lock:
+            directives = {w: {"amp": d.amp, "batch_size": d.batch_size} for w, d in self.service.directives.items()}
+        try:
+            write_state(self.out / STATE_FILE, {"period": period, "directives": directives, "controller": plain_state(controller),
+                                                "ps_watch": plain_state(self.ps_watch)})
+        except OSError as exc:
+            log(logger, logging.WARNING, "could not write the state file", error=str(exc))
 
     def _layout(self, stats: list, hosts: dict) -> PsLayout | None:
         """Where the shards are and how their hosts look; None while a PS is down or nothing was sampled."""
@@ -374,7 +400,7 @@ class Coordinator:
 
     def run_evaluations(self) -> None:
         """Evaluate on a fixed period until done; then write the results."""
-        curve = CurveWriter(self.out / "curve.csv")
+        curve = CurveWriter(self.out / "curve.csv", self.restored_points)
         evaluator: Evaluator | None = None
         deadline_first_update = time.monotonic() + self.config.startup_timeout_s
         grid = self.config.evaluation.every_updates
@@ -485,7 +511,7 @@ def run_coordinator(config: CoordinatorConfig, ready_file: str | None = None) ->
         signal.signal(sig, lambda *_: coordinator.stop.set())
     server.start()
     try:
-        coordinator.configure_initial_plan()
+        coordinator.start()
         metrics_port = (coordinator.observer.serve_metrics(config.host, config.metrics_port, coordinator.task.metric_name)
                         if config.metrics_port is not None else None)
         write_ready_file(ready_file, port=port, role="coordinator", metrics_port=metrics_port)

@@ -48,11 +48,13 @@ class Evaluator:
 class CurveWriter:
     """curve.csv: time_s, version, metric — appended as points arrive, so a crash loses nothing."""
 
-    def __init__(self, path: str | Path):
-        self._handle = open(path, "w", newline="", buffering=1)
+    def __init__(self, path: str | Path, points: Sequence[EvalPoint] = ()):
+        """`points`: the curve already in the file, which a restarted coordinator goes on appending to."""
+        self._handle = open(path, "a" if points else "w", newline="", buffering=1)
         self._writer = csv.writer(self._handle)
-        self._writer.writerow(["time_s", "version", "metric"])
-        self.points: list[EvalPoint] = []
+        if not points:
+            self._writer.writerow(["time_s", "version", "metric"])
+        self.points: list[EvalPoint] = list(points)
 
     def add(self, point: EvalPoint) -> None:
         self.points.append(point)

@@ -15,6 +15,7 @@ import secrets
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -89,7 +90,7 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     optimizer = config.optimizer.resolved(task.default_optimizer, task.default_lr, task.default_momentum)
     out = Path(config.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    for stale in ("result.json", "curve.csv", "events.jsonl", "iterations.csv"):
+    for stale in ("result.json", "curve.csv", "events.jsonl", "iterations.csv", "coordinator_state.json"):
         (out / stale).unlink(missing_ok=True)
     (out / "config.toml").write_text(to_toml(config))
     checkpoints = Path(config.faults.checkpoint_dir or out / "checkpoints")
@@ -100,6 +101,7 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     group = ProcessGroup(out / "logs", env={TOKEN_ENV: credentials.token or ""})
     started = time.monotonic()
     interrupted = False
+    outages = CoordinatorOutages()
     previous_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     stop_requested = threading.Event()
@@ -135,7 +137,8 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
             agent.adopt_ps(i, child, ps_address)
         agent.start(coordinator_address)
         start_workers(group, config, range(config.workers), coordinator_address)
-        _monitor(group, coordinator_address, progress, credentials, config.faults.max_restarts, stop=stop_requested)
+        _monitor(group, coordinator_address, progress, credentials, config.faults.max_restarts, stop=stop_requested,
+                 outages=outages)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -150,6 +153,8 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     if not result_path.exists():
         raise LaunchError("interrupted before a result was written" if interrupted else f"no result written to {result_path}")
     result = json.loads(result_path.read_text())
+    result.setdefault("faults", {}).update(coordinator_restarts=outages.restarts,
+                                           coordinator_down_s=round(outages.seconds, 3))
     result.update(wall_s=round(time.monotonic() - started, 3), interrupted=interrupted, out=str(out),
                   restarts={c.name: c.restarts for c in group.children if c.restarts}, job_id=job_id,
                   resumed_from=str(restore_dir) if restore_dir else None)
@@ -192,26 +197,28 @@ def start_ps_daemons(group: ProcessGroup, ps_args: Callable[[int, Path], list[st
 
 def start_coordinator(group: ProcessGroup, config: JobConfig, host: str, ps_addresses: list[str], out: Path,
                       startup_timeout_s: float, extra: tuple[str, ...] = ()) -> str:
-    """Start the coordinator (it sends the initial plan to every PS); returns its address once it serves."""
+    """Start the coordinator (it sends the initial plan to every PS); returns its address once it serves.
+    It is restarted after a crash like a PS, within the restart budget."""
     ready = group.log_dir / "coordinator.ready"
     ready.unlink(missing_ok=True)
-    child = group.spawn(
-        "coordinator",
-        ["coordinator", "--ps-addresses", ",".join(ps_addresses), "--num-workers", str(config.workers),
-         "--task", config.task, "--seed", str(config.seed), "--max-time-s", str(config.max_time_s),
-         "--eval-period-s", str(config.eval_period_s), "--out", str(out), "--host", host,
-         "--port", "0", "--ready-file", str(ready),
-         *(["--target", str(config.target)] if config.target is not None else []),
-         *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
-         *(["--metrics-port", str(config.metrics_port)] if config.metrics_port is not None else []),
-         *([] if config.tensorboard else ["--no-tensorboard"]),
-         *_flag_args("control.", dataclasses.asdict(config.control)),
-         *_flag_args("evaluation.", dataclasses.asdict(config.evaluation)),
-         *_flag_args("placement.", dataclasses.asdict(config.placement)),
-         *([] if config.stop_at_target else ["--no-stop-at-target"]),
-         *_flag_args("plan.", vars(config.plan)), *_security_flags(config), *extra],
-    )
-    return address(host, _wait_ready(group, child, ready, startup_timeout_s))
+    args = ["coordinator", "--ps-addresses", ",".join(ps_addresses), "--num-workers", str(config.workers),
+            "--task", config.task, "--seed", str(config.seed), "--max-time-s", str(config.max_time_s),
+            "--eval-period-s", str(config.eval_period_s), "--out", str(out), "--host", host,
+            "--port", "0", "--ready-file", str(ready),
+            *(["--target", str(config.target)] if config.target is not None else []),
+            *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
+            *(["--metrics-port", str(config.metrics_port)] if config.metrics_port is not None else []),
+            *([] if config.tensorboard else ["--no-tensorboard"]),
+            *_flag_args("control.", dataclasses.asdict(config.control)),
+            *_flag_args("evaluation.", dataclasses.asdict(config.evaluation)),
+            *_flag_args("placement.", dataclasses.asdict(config.placement)),
+            *([] if config.stop_at_target else ["--no-stop-at-target"]),
+            *_flag_args("plan.", vars(config.plan)), *_security_flags(config), *extra]
+    child = group.spawn("coordinator", args)
+    port = _wait_ready(group, child, ready, startup_timeout_s)
+    # A crashed coordinator comes back on the same port and takes the job over (plan from the PSs).
+    child.restart_args = _with_flag(args, "--port", str(port)) + ["--restore"]
+    return address(host, port)
 
 
 def uses_trees(config: JobConfig) -> bool:
@@ -270,14 +277,41 @@ def _job_identity(config: JobConfig, checkpoints: Path) -> tuple[str, Path | Non
     return job_id, restore_dir
 
 
+COORDINATOR_RESTART_GRACE_S = 120.0
+
+
 def should_restart(child: Child, max_restarts: int) -> bool:
-    """Workers and PSs come back after a crash (a PS from its checkpoint) until the budget is spent."""
+    """Workers, PSs and the coordinator come back after a crash (a PS from its checkpoint, the
+    coordinator from the PSs and its state file) until the budget is spent."""
     return child.restart_args is not None and child.restarts < max_restarts
+
+
+@dataclass
+class CoordinatorOutages:
+    """Coordinator crashes seen by the monitor: restarts and seconds without an answering coordinator."""
+
+    restarts: int = 0
+    seconds: float = 0.0
+    down_since: float | None = None
+
+    def down(self, now: float) -> None:
+        self.restarts += 1
+        self.down_since = self.down_since if self.down_since is not None else now
+
+    def answered(self, now: float) -> None:
+        if self.down_since is not None:
+            self.seconds += now - self.down_since
+            self.down_since = None
+
+    def waiting(self, now: float, grace_s: float = COORDINATOR_RESTART_GRACE_S) -> bool:
+        """Whether a restarted coordinator may still be starting (it imports torch, reads the PSs)."""
+        return self.down_since is not None and now - self.down_since < grace_s
 
 
 def _monitor(
     group: ProcessGroup, coordinator_address: str, progress: Callable[[str], None] | None, credentials: Credentials,
     max_restarts: int = 0, fail_without_workers: bool = True, stop: threading.Event | None = None,
+    outages: CoordinatorOutages | None = None,
 ) -> None:
     """Poll the coordinator until the job is finished; restart a crashed worker or PS while the
     restart budget lasts. A worker past its budget is left out (the coordinator drops it from the
@@ -286,6 +320,7 @@ def _monitor(
     channel = credentials.channel(coordinator_address, CONTROL_CHANNEL_OPTIONS)
     stub = pb_grpc.CoordinatorStub(channel)
     last_print = 0.0
+    outages = outages if outages is not None else CoordinatorOutages()
     try:
         while True:
             if stop is not None and stop.is_set():
@@ -294,6 +329,8 @@ def _monitor(
             if crashed is not None and should_restart(crashed, max_restarts):
                 code = crashed.process.returncode
                 fresh = group.restart(crashed)
+                if crashed.name == "coordinator":
+                    outages.down(time.monotonic())
                 if progress:
                     progress(f"{crashed.name} exited with code {code}; restarted ({fresh.restarts}/{max_restarts})")
                 continue
@@ -313,9 +350,10 @@ def _monitor(
             except grpc.RpcError as exc:
                 time.sleep(0.5)  # a crashed child explains more than a dead channel does
                 crashed = group.crashed()
-                if crashed is not None:
+                if crashed is not None or outages.waiting(time.monotonic()):
                     continue
                 raise LaunchError(f"coordinator stopped answering: {exc.code()}") from None
+            outages.answered(time.monotonic())
             if progress and (time.monotonic() - last_print >= 1.0 or status.state == "finished"):
                 progress(format_status(status))
                 last_print = time.monotonic()

@@ -49,6 +49,7 @@ class CoordinatorLink:
         self._stub = pb_grpc.CoordinatorStub(self._channel)
         self._queue: queue.Queue[pb.IterationReport | None] = queue.Queue(maxsize=256)
         self._latest: pb.Directives | None = None
+        self.dropped = 0  # reports never delivered (coordinator down or far behind): training never waits for one
         self._lock = threading.Lock()
         self._process = psutil.Process()
         self._process.cpu_percent(None)
@@ -93,6 +94,7 @@ class CoordinatorLink:
         except queue.Full:  # coordinator far behind: the newest report matters most
             try:
                 self._queue.get_nowait()
+                self.dropped += 1
             except queue.Empty:
                 pass
             self._queue.put_nowait(message)
@@ -109,6 +111,8 @@ class CoordinatorLink:
             return self._latest
 
     def close(self) -> None:
+        if self.dropped:
+            log(logger, logging.INFO, "reports never delivered", worker=self.worker_id, reports_dropped=self.dropped)
         self._queue.put(None)
         self._thread.join(timeout=2.0)
         self._channel.close()
@@ -123,8 +127,12 @@ class CoordinatorLink:
                 reply = self._stub.Report(message, timeout=5.0)
                 with self._lock:
                     self._latest = reply
+                if warned:
+                    log(logger, logging.INFO, "coordinator reachable again", reports_dropped=self.dropped)
                 warned = False
             except grpc.RpcError as exc:
+                if not message.heartbeat:
+                    self.dropped += 1
                 if not warned:
-                    log(logger, logging.WARNING, "report to coordinator failed; training goes on", error=exc.code())
+                    log(logger, logging.WARNING, "report to coordinator failed; dropped, training goes on", error=exc.code())
                     warned = True

@@ -25,6 +25,10 @@ CONTROL_CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_CONTROL_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_CONTROL_MESSAGE_BYTES),
     ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+    # A restarted coordinator is back on the same port within seconds: reconnect attempts stay at most
+    # 2 s apart (gRPC's default backoff grows to 2 minutes), so workers' reports reach it soon after.
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 # Trailing metadata of an UNAVAILABLE answer from a PS whose shard moved: the address to use instead.
 MOVED_TO_KEY = "star-moved-to"

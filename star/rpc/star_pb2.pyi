@@ -215,7 +215,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PsStats(_message.Message):
-    __slots__ = ("ps_index", "version", "plan_epoch", "plan", "accepted", "applied", "dropped", "pending", "counters", "staleness", "since_first_update_s", "waiting_pulls", "range_start", "range_end", "noise_small_sq", "noise_big_sq", "noise_small_batch", "noise_big_batch", "moved_to", "push_bytes_received", "pushes_received")
+    __slots__ = ("ps_index", "version", "plan_epoch", "plan", "accepted", "applied", "dropped", "pending", "counters", "staleness", "since_first_update_s", "waiting_pulls", "range_start", "range_end", "noise_small_sq", "noise_big_sq", "noise_small_batch", "noise_big_batch", "moved_to", "push_bytes_received", "pushes_received", "plan_in_force")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -251,6 +251,7 @@ class PsStats(_message.Message):
     MOVED_TO_FIELD_NUMBER: _ClassVar[int]
     PUSH_BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     PUSHES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    PLAN_IN_FORCE_FIELD_NUMBER: _ClassVar[int]
     ps_index: int
     version: int
     plan_epoch: int
@@ -272,7 +273,8 @@ class PsStats(_message.Message):
     moved_to: str
     push_bytes_received: int
     pushes_received: int
-    def __init__(self, ps_index: _Optional[int] = ..., version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., plan: _Optional[str] = ..., accepted: _Optional[int] = ..., applied: _Optional[int] = ..., dropped: _Optional[int] = ..., pending: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., staleness: _Optional[_Mapping[int, int]] = ..., since_first_update_s: _Optional[float] = ..., waiting_pulls: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., noise_small_sq: _Optional[float] = ..., noise_big_sq: _Optional[float] = ..., noise_small_batch: _Optional[float] = ..., noise_big_batch: _Optional[float] = ..., moved_to: _Optional[str] = ..., push_bytes_received: _Optional[int] = ..., pushes_received: _Optional[int] = ...) -> None: ...
+    plan_in_force: Plan
+    def __init__(self, ps_index: _Optional[int] = ..., version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., plan: _Optional[str] = ..., accepted: _Optional[int] = ..., applied: _Optional[int] = ..., dropped: _Optional[int] = ..., pending: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., staleness: _Optional[_Mapping[int, int]] = ..., since_first_update_s: _Optional[float] = ..., waiting_pulls: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., noise_small_sq: _Optional[float] = ..., noise_big_sq: _Optional[float] = ..., noise_small_batch: _Optional[float] = ..., noise_big_batch: _Optional[float] = ..., moved_to: _Optional[str] = ..., push_bytes_received: _Optional[int] = ..., pushes_received: _Optional[int] = ..., plan_in_force: _Optional[_Union[Plan, _Mapping]] = ...) -> None: ...
 
 class MigrateOutRequest(_message.Message):
     __slots__ = ("new_address", "drain_timeout_s")
