@@ -220,6 +220,7 @@ class JobConfig:
 
     task: str = "digits"  # built-in task name or "module:function"
     workers: int = 4  # number of worker processes
+    max_workers: int = 0  # elastic: workers with ids up to max_workers-1 may join mid-run and are admitted into the plan (0: none)
     ps: int = 2  # number of parameter-server processes (shards)
     out: str = "runs/latest"  # output directory (result.json, curve.csv, events.jsonl, logs/)
     seed: int = 0  # model init and data shuffling
@@ -248,6 +249,8 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         _require(self.workers >= 1, "workers", self.workers, "must be >= 1")
+        _require(self.max_workers == 0 or self.max_workers >= self.workers, "max_workers", self.max_workers,
+                 f"must be 0 (not elastic) or >= workers ({self.workers})")
         _require(self.ps >= 1, "ps", self.ps, "must be >= 1")
         _require(self.batch_size is None or self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
         _require(self.max_time_s > 0, "max_time_s", self.max_time_s, "must be > 0")

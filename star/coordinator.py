@@ -39,9 +39,10 @@ from star.coordinator_checks import (  # noqa: F401 - ABSURD_S and friends are p
     report_problem,
     resources_problem,
 )
-from star.coordinator_restore import restore_coordinator
+from star.coordinator_restore import restore_coordinator, save_state
 from star.coordinator_result import result_dict
-from star.coordinator_state import STATE_FILE, plain_state, restore_plain_state, write_state
+from star.coordinator_state import restore_plain_state
+from star.elastic import admit_pending
 from star.events import EventLog
 from star.observe import JobObserver
 from star.logs import log
@@ -84,6 +85,7 @@ class CoordinatorConfig:
     placement_file: str | None = None  # JSON of the start-up placement decision (star node writes it): logged as an event
     metrics_port: int | None = None  # serve Prometheus /metrics on this port (0: a free one; None: not at all)
     tensorboard: bool = True  # write TensorBoard scalars to OUT/tensorboard/
+    max_workers: int = 0  # elastic: ids num_workers..max_workers-1 may join mid-run and are admitted into the plan (0: none)
     restore: bool = False  # restarted after a crash: plan from the PSs, policy state from OUT/coordinator_state.json, curve from OUT/curve.csv
 
 
@@ -91,7 +93,9 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     def __init__(self, config: CoordinatorConfig, events: EventLog):
         self.config = config
         self.events = events
-        self.cluster = ClusterView(config.num_workers, config.report_window)
+        self.worker_limit = max(config.num_workers, config.max_workers)  # worker ids 0..worker_limit-1 may join
+        self.cluster = ClusterView(self.worker_limit, config.report_window)
+        self.pending_admissions: set[int] = set()  # joined mid-run, admitted into the plan at the next decision period
         self.hosts = HostBook()
         self.ps_addresses = list(config.ps_addresses)  # where each shard is served now (shards can move)
         self.directives: dict[int, pb.Directives] = {}
@@ -116,7 +120,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         return directives
 
     def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinReply:
-        if problem := join_problem(request, self.config.num_workers):
+        if problem := join_problem(request, self.worker_limit):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         with self.lock:
             if request.worker_id in self.cluster.joined:
@@ -124,11 +128,13 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                 self.cluster.forget(request.worker_id)
                 self.events.emit("worker_restarted", worker=request.worker_id, host=request.host, pid=request.pid)
             self.cluster.joined.add(request.worker_id)
+            if request.worker_id >= self.config.num_workers and self.plan and request.worker_id not in self.plan.workers:
+                self.pending_admissions.add(request.worker_id)
             self.events.emit("worker_joined", worker=request.worker_id, host=request.host, pid=request.pid)
             return pb.JoinReply(ps_addresses=self.ps_addresses, directives=self._directives_for(request.worker_id))
 
     def Report(self, request: pb.IterationReport, context: grpc.ServicerContext) -> pb.Directives:
-        if problem := report_problem(request, self.config.num_workers):
+        if problem := report_problem(request, self.worker_limit):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         with self.lock:
             history = self.cluster.reports.get(request.worker_id)
@@ -145,7 +151,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         return directives
 
     def SetDirectives(self, request: pb.SetDirectivesRequest, context: grpc.ServicerContext) -> pb.SetDirectivesReply:
-        if problem := directives_problem(request, self.config.num_workers):
+        if problem := directives_problem(request, self.worker_limit):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         with self.lock:
             self.directives[request.worker_id] = request.directives
@@ -276,10 +282,12 @@ class Coordinator:
         if self.restored_control is not None:
             period = self.restored_control[0]
             restore_plain_state(controller, self.restored_control[1])
+            controller.judged.clear()  # judged anew from reports to this process: decisions wait for them, as at a start
         while not self.stop.wait(control.decision_period_s):
             if service.state in ("done", "finished"):
                 return
-            self._save_state(period, controller)
+            save_state(self, period, controller)
+            admit_pending(self, controller)
             stats = self._watch_ps()
             now = time.monotonic() - service.started
             with service.lock:
@@ -317,16 +325,6 @@ class Coordinator:
                     service.directives.setdefault(worker, pb.Directives()).batch_size = size
             if decision.plan is not None:
                 self._switch_plan(decision.plan)
-
-    def _save_state(self, period: int, controller: Controller) -> None:
-        """What a restarted coordinator needs beyond the PSs' state (see star.coordinator_state)."""
-        with self.service.lock:
-            directives = {w: {"amp": d.amp, "batch_size": d.batch_size} for w, d in self.service.directives.items()}
-        try:
-            write_state(self.out / STATE_FILE, {"period": period, "directives": directives, "controller": plain_state(controller),
-                                                "ps_watch": plain_state(self.ps_watch)})
-        except OSError as exc:
-            log(logger, logging.WARNING, "could not write the state file", error=str(exc))
 
     def _layout(self, stats: list, hosts: dict) -> PsLayout | None:
         """Where the shards are and how their hosts look; None while a PS is down or nothing was sampled."""

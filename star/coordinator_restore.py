@@ -13,7 +13,16 @@ import logging
 
 import grpc
 
-from star.coordinator_state import STATE_FILE, StateFileError, load_state, plan_in_force, read_curve, restore_plain_state
+from star.coordinator_state import (
+    STATE_FILE,
+    StateFileError,
+    load_state,
+    plain_state,
+    plan_in_force,
+    read_curve,
+    restore_plain_state,
+    write_state,
+)
 from star.evaluator import time_to_target
 from star.events import read_events
 from star.logs import log
@@ -64,3 +73,14 @@ def restore_coordinator(coordinator) -> bool:
                 policy_period=coordinator.restored_control[0] if coordinator.restored_control else None,
                 curve_points=len(points), version=max((s.version for s in stats if not isinstance(s, grpc.RpcError)), default=0))
     return True
+
+
+def save_state(coordinator, period: int, controller) -> None:
+    """What a restarted coordinator needs beyond the PSs' state: directives, policy and PS-watch state."""
+    with coordinator.service.lock:
+        directives = {w: {"amp": d.amp, "batch_size": d.batch_size} for w, d in coordinator.service.directives.items()}
+    try:
+        write_state(coordinator.out / STATE_FILE, {"period": period, "directives": directives, "controller": plain_state(controller),
+                                                   "ps_watch": plain_state(coordinator.ps_watch)})
+    except OSError as exc:
+        log(logger, logging.WARNING, "could not write the state file", error=str(exc))

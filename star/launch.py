@@ -209,6 +209,7 @@ def start_coordinator(group: ProcessGroup, config: JobConfig, host: str, ps_addr
             *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
             *(["--metrics-port", str(config.metrics_port)] if config.metrics_port is not None else []),
             *([] if config.tensorboard else ["--no-tensorboard"]),
+            *(["--max-workers", str(config.max_workers)] if config.max_workers else []),
             *_flag_args("control.", dataclasses.asdict(config.control)),
             *_flag_args("evaluation.", dataclasses.asdict(config.evaluation)),
             *_flag_args("placement.", dataclasses.asdict(config.placement)),
