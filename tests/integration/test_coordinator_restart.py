@@ -18,7 +18,7 @@ from tests.integration.test_faults import Job, _accounted, _child, _events, _ver
 
 pytestmark = pytest.mark.integration
 
-SLOW_START_S = 300.0  # restarted daemons import torch again: slow on a loaded CI machine
+SLOW_START_S = 600.0  # daemons (and restarted ones) import torch: minutes on a loaded shared machine
 
 
 def _coordinator() -> psutil.Process:
@@ -38,7 +38,7 @@ def _wait_event(out, kind: str, count: int, timeout_s: float = 150.0) -> None:
         time.sleep(0.5)
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_the_job_reaches_its_target_after_the_coordinator_is_killed_alone_and_then_with_a_ps(tmp_path):
     job = Job(tmp_path, target=0.9, max_time_s=600.0,
               faults={"checkpoint_every_updates": 5, "checkpoint_every_s": 0.0})

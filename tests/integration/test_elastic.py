@@ -32,7 +32,7 @@ def _start_worker_by_hand(out, worker_id: int, num_workers: int) -> subprocess.P
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_a_worker_started_mid_run_is_admitted_and_the_job_reaches_its_target_after_losing_one_for_good(tmp_path):
     job = Job(tmp_path, workers=3, max_workers=4, target=0.9, max_time_s=200.0, faults={"max_restarts": 0},
               control={"lost_after_s": 3.0})
