@@ -1,4 +1,4 @@
-"""What the coordinator knows about the workers (ClusterView), and an iterations-per-second rate."""
+"""What the coordinator knows about the workers (ClusterView), its PSs' layout and noise scale, and an iteration rate."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import statistics
 from collections import deque
 
 from star.coordinator_checks import ABSURD_S
+from star.policy.noise import noise_scale
+from star.policy.traffic import PsLayout
 from star.policy.controller import WorkerSummary
 from star.rpc import star_pb2 as pb
+from star.rpc.common import host_of
 
 
 class ClusterView:
@@ -112,3 +115,23 @@ class Rate:
             self.value = max(0.0, (total - self._last[1]) / (now_s - self._last[0]))
         self._last = (now_s, total)
         return self.value
+
+
+def ps_layout(addresses: list[str], stats: list, hosts: dict) -> PsLayout | None:
+    """Where the shards are and how their hosts look; None while a PS is down or nothing was sampled."""
+    if not hosts or len(stats) < len(addresses):
+        return None
+    ranges = {s.ps_index: 4.0 * (s.range_end - s.range_start) for s in stats}
+    if len(ranges) < len(addresses):
+        return None
+    return PsLayout(tuple(host_of(a) for a in addresses), tuple(ranges[i] for i in range(len(addresses))), hosts)
+
+
+def shards_noise_scale(stats: list, num_ps: int) -> float:
+    """B_noise summed over shards; 0 while it cannot be estimated (or a PS is down)."""
+    if len(stats) < num_ps:
+        return 0.0
+    small_batch = max((s.noise_small_batch for s in stats), default=0.0)
+    big_batch = max((s.noise_big_batch for s in stats), default=0.0)
+    value = noise_scale(sum(s.noise_small_sq for s in stats), sum(s.noise_big_sq for s in stats), small_batch, big_batch)
+    return value or 0.0

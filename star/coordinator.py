@@ -24,12 +24,10 @@ import grpc
 from star.config import PlanConfig, SecurityConfig
 from star.hosts import HostBook, MoveState, ShardMove
 from star.placement import PlacementConfig, ReplacementPolicy
-from star.policy.traffic import PsLayout
 from star.policy.controller import ControlConfig, Controller, for_strategy
-from star.policy.noise import noise_scale
 from star.evaluator import CurveWriter, EvalPoint, Evaluator
 from star.tta import EvalConfig, next_version, reached
-from star.cluster import ClusterView, Rate
+from star.cluster import ClusterView, Rate, ps_layout, shards_noise_scale
 from star.coordinator_checks import (  # noqa: F401 - ABSURD_S and friends are part of this module's interface
     ABSURD_S,
     MAX_CPU_PERCENT,
@@ -39,9 +37,8 @@ from star.coordinator_checks import (  # noqa: F401 - ABSURD_S and friends are p
     report_problem,
     resources_problem,
 )
-from star.coordinator_restore import restore_coordinator, save_state
+from star.coordinator_restore import restore_control, restore_coordinator, save_state
 from star.coordinator_result import result_dict
-from star.coordinator_state import restore_plain_state
 from star.elastic import admit_pending
 from star.events import EventLog
 from star.observe import JobObserver
@@ -279,10 +276,7 @@ class Coordinator:
         service, period = self.service, 0
         replacement = ReplacementPolicy(self.config.placement)
         rate = Rate()
-        if self.restored_control is not None:
-            period = self.restored_control[0]
-            restore_plain_state(controller, self.restored_control[1])
-            controller.judged.clear()  # judged anew from reports to this process: decisions wait for them, as at a start
+        period = restore_control(self, controller)
         while not self.stop.wait(control.decision_period_s):
             if service.state in ("done", "finished"):
                 return
@@ -299,7 +293,7 @@ class Coordinator:
                 iterations_per_s = rate.update(now, service.cluster.total_iterations())
             for move in finished:
                 self._finish_move(move)
-            layout = self._layout(stats, hosts)
+            layout = ps_layout(self.ps.addresses, stats, hosts)
             if layout is not None and len(hosts) > 1 and service.hosts.in_flight() is None:
                 traffic = [size * iterations_per_s for size in layout.shard_bytes]
                 move = replacement.decide(now, layout.shard_hosts, hosts, traffic, controller.traffic.pressured)
@@ -309,7 +303,7 @@ class Coordinator:
             if not summaries or plan is None:
                 continue
             try:
-                decision = controller.decide(period, plan, summaries, self._noise_scale(stats), layout)
+                decision = controller.decide(period, plan, summaries, shards_noise_scale(stats, len(self.config.ps_addresses)), layout)
             except Exception as exc:  # noqa: BLE001 - a policy bug must not silently end all control
                 logger.exception("control decision failed")
                 self.events.emit("control_error", error=repr(exc), reason="decision skipped; control goes on")
@@ -325,15 +319,6 @@ class Coordinator:
                     service.directives.setdefault(worker, pb.Directives()).batch_size = size
             if decision.plan is not None:
                 self._switch_plan(decision.plan)
-
-    def _layout(self, stats: list, hosts: dict) -> PsLayout | None:
-        """Where the shards are and how their hosts look; None while a PS is down or nothing was sampled."""
-        if not hosts or len(stats) < len(self.ps.addresses):
-            return None
-        ranges = {s.ps_index: 4.0 * (s.range_end - s.range_start) for s in stats}
-        if len(ranges) < len(self.ps.addresses):
-            return None
-        return PsLayout(tuple(host_of(a) for a in self.ps.addresses), tuple(ranges[i] for i in range(len(self.ps.addresses))), hosts)
 
     def _finish_move(self, move: ShardMove) -> None:
         """A move ended: use the shard's new address (or log why it stays)."""
@@ -386,15 +371,6 @@ class Coordinator:
                 else:
                     self.events.emit("plan_resent", ps=index, epoch=plan.epoch, reason="the PS did not hold the plan in force")
         return [s for s in stats if not isinstance(s, grpc.RpcError)]
-
-    def _noise_scale(self, stats: list) -> float:
-        """B_noise summed over shards; 0 while it cannot be estimated (or a PS is down)."""
-        if len(stats) < len(self.config.ps_addresses):
-            return 0.0
-        small_batch = max((s.noise_small_batch for s in stats), default=0.0)
-        big_batch = max((s.noise_big_batch for s in stats), default=0.0)
-        value = noise_scale(sum(s.noise_small_sq for s in stats), sum(s.noise_big_sq for s in stats), small_batch, big_batch)
-        return value or 0.0
 
     def run_evaluations(self) -> None:
         """Evaluate on a fixed period until done; then write the results."""

@@ -84,3 +84,13 @@ def save_state(coordinator, period: int, controller) -> None:
                                                    "ps_watch": plain_state(coordinator.ps_watch)})
     except OSError as exc:
         log(logger, logging.WARNING, "could not write the state file", error=str(exc))
+
+
+def restore_control(coordinator, controller) -> int:
+    """Give a restored coordinator's controller its saved state; returns the decision period to go on from (0: fresh)."""
+    if coordinator.restored_control is None:
+        return 0
+    period, state = coordinator.restored_control
+    restore_plain_state(controller, state)
+    controller.judged.clear()  # judged anew from reports to this process: decisions wait for them, as at a start
+    return period
