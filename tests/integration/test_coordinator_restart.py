@@ -44,7 +44,7 @@ def test_the_job_reaches_its_target_after_the_coordinator_is_killed_alone_and_th
               faults={"checkpoint_every_updates": 5, "checkpoint_every_s": 0.0})
     _wait_version(tmp_path, 8, timeout_s=SLOW_START_S)
     _coordinator().send_signal(signal.SIGKILL)
-    _wait_event(tmp_path, "coordinator_restored", 1)
+    _wait_event(tmp_path, "coordinator_restored", 1, timeout_s=SLOW_START_S)
     _wait_version(tmp_path, _version(tmp_path) + 3, timeout_s=SLOW_START_S)
     coordinator, ps = _coordinator(), _child("ps", 1)
     coordinator.send_signal(signal.SIGKILL)
