@@ -28,12 +28,29 @@ def _owner(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
+def _is_type_checking_block(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node that can run: all of the module, functions included, except `if TYPE_CHECKING:` blocks
+    (annotations only, never executed, so they cannot form a cycle at import time)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(child for child in ast.iter_child_nodes(node) if not _is_type_checking_block(child))
+
+
 def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> project modules it imports anywhere in its body (top level, functions, TYPE_CHECKING blocks)."""
+    """Module -> project modules it imports anywhere it can run (top level and inside functions)."""
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -118,3 +135,11 @@ def test_import_graph_sees_imports_inside_functions(tmp_path):
     (tmp_path / "star" / "b.py").write_text("from star import a\n")
     modules = {name: path for name, path in module_files(tmp_path).items()}
     assert cycles(import_graph(modules)) == [["star.a", "star.b"]]
+
+
+def test_imports_only_for_type_checking_do_not_count(tmp_path):
+    (tmp_path / "star").mkdir()
+    (tmp_path / "star" / "__init__.py").write_text("")
+    (tmp_path / "star" / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from star.b import g\n")
+    (tmp_path / "star" / "b.py").write_text("from star import a\n")
+    assert cycles(import_graph(module_files(tmp_path))) == []
