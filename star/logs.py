@@ -10,7 +10,10 @@ class _KeyValueFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, "fields", None) or {}
         extra = "".join(f" {k}={v}" for k, v in fields.items())
-        return f"{self.formatTime(record, '%H:%M:%S')} {record.name} {record.levelname} {record.getMessage()}{extra}"
+        line = f"{self.formatTime(record, '%H:%M:%S')} {record.name} {record.levelname} {record.getMessage()}{extra}"
+        if record.exc_info:  # logger.exception(...): a bug's traceback belongs in the daemon's log, not lost
+            line += "\n" + self.formatException(record.exc_info)
+        return line
 
 
 def setup_logging(name: str, level: str = "INFO") -> logging.Logger:
