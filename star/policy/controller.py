@@ -163,8 +163,9 @@ class Controller:
         active = {w: s for w, s in workers.items() if w not in self.lost and s.reports >= c.min_reports}
         if len(self.judged) < self.num_workers:
             self.judged.update(active)
-        if any(w not in self.judged for w in current.workers if w not in self.lost):
-            # Some worker was never judged (the start, a rejoin): only handle losses until it can be.
+        if not active or any(w not in self.judged for w in current.workers if w not in self.lost):
+            # Some worker was never judged (the start, a rejoin), or none can be judged now (all lost or
+            # re-measuring): only handle losses and rejoins until they can be.
             plan = self._membership_plan(current, newly_lost, rejoined)
             if plan is not None:
                 plan = with_epoch(plan, current.epoch + 1)

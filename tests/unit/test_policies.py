@@ -242,6 +242,19 @@ def test_a_silent_worker_is_lost_and_leaves_the_plan():
     assert any(e["kind"] == "worker_lost" for e in decision.events)
 
 
+@pytest.mark.parametrize("strategy", ["ssgd", "amp", "batch", "auto"])
+def test_a_period_in_which_every_worker_is_silent_loses_them_without_failing(strategy):
+    """Slow steps of a big model can leave every worker silent past lost_after_s at once (seen on
+    resnet): the decision loses them all instead of failing on an empty set of judged workers."""
+    controller = Controller(for_strategy(ControlConfig(lost_after_s=5), strategy), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    for period in range(3):
+        controller.decide(period, plan, _summaries({w: 1e-3 for w in range(4)}))
+    decision = controller.decide(3, plan, _summaries({w: 1e-3 for w in range(4)}, silent={w: 9.0 for w in range(4)}))
+    assert decision.lost == frozenset(range(4))
+    assert sorted(e["worker"] for e in decision.events if e["kind"] == "worker_lost") == [0, 1, 2, 3]
+
+
 def test_no_detection_and_no_change_without_stragglers():
     controller = Controller(for_strategy(ControlConfig(), "auto"), 4, 32)
     plan = ssgd(range(4), epoch=1)
