@@ -44,7 +44,8 @@ class ControlConfig:
     exclude: bool | None = None  # drop detected stragglers from the sync group (None: as the strategy says)
     decision_period_s: float = 1.0  # how often the controller decides
     min_reports: int = 3  # a worker needs this many fresh reports before it is judged
-    lost_after_s: float = 20.0  # a worker silent this long is lost and leaves the plan
+    lost_after_s: float = 20.0  # a worker silent this long is lost and leaves the plan ...
+    lost_after_steps: float = 3.0  # ... or this many of its own recent steps, if longer (a big model's slow steps are not silence)
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     amp_policy: AmpConfig = field(default_factory=AmpConfig)
     selection: SelectorConfig = field(default_factory=SelectorConfig)
@@ -139,6 +140,13 @@ class Controller:
         self.judged: set[int] = set()  # workers that have had enough reports to be judged at least once
         self.base_plan: SyncPlan | None = None  # the first plan seen: what a rejoining worker goes back to
 
+    def silence_limit_s(self, s: WorkerSummary) -> float:
+        """How long a worker may be silent before it is lost: lost_after_s, or lost_after_steps of its own
+        recent steps where those are longer (one step of a large model on a slow host can exceed 20 s)."""
+        if s.reports <= 0:
+            return self.config.lost_after_s
+        return max(self.config.lost_after_s, self.config.lost_after_steps * (s.per_sample_s * s.batch_size + s.comm_s))
+
     def decide(self, period: int, current: SyncPlan, workers: Mapping[int, WorkerSummary], b_noise: float = 0.0,
                layout: PsLayout | None = None) -> ControlDecision:
         """`layout`: the PS shards' hosts and their latest resource samples (None: unknown, no traffic policy)."""
@@ -146,20 +154,20 @@ class Controller:
         events: list[dict[str, Any]] = []
         if self.base_plan is None:
             self.base_plan = current
-        rejoined = {w for w in self.lost if w in workers and workers[w].silent_s <= c.lost_after_s
+        rejoined = {w for w in self.lost if w in workers and workers[w].silent_s <= self.silence_limit_s(workers[w])
                     and workers[w].reports >= c.min_reports}
         for w in sorted(rejoined):
             self.lost.discard(w)
             self.batch_sizes[w] = self.base_batch
             self.speeds.forget(w)
             events.append({"kind": "worker_rejoined", "worker": w, "reason": "reporting again"})
-        newly_lost = {w for w, s in workers.items() if s.silent_s > c.lost_after_s and w not in self.lost}
+        newly_lost = {w for w, s in workers.items() if s.silent_s > self.silence_limit_s(s) and w not in self.lost}
         for w in sorted(newly_lost):
             self.lost.add(w)
             self.detector.forget(w)
             self.amp.forget(w)
             self.speeds.forget(w)
-            events.append({"kind": "worker_lost", "worker": w, "silent_s": round(workers[w].silent_s, 2), "reason": f"no report for > {c.lost_after_s} s"})
+            events.append({"kind": "worker_lost", "worker": w, "silent_s": round(workers[w].silent_s, 2), "reason": f"no report for > {self.silence_limit_s(workers[w]):.1f} s"})
         active = {w: s for w, s in workers.items() if w not in self.lost and s.reports >= c.min_reports}
         if len(self.judged) < self.num_workers:
             self.judged.update(active)

@@ -255,6 +255,14 @@ def test_a_period_in_which_every_worker_is_silent_loses_them_without_failing(str
     assert sorted(e["worker"] for e in decision.events if e["kind"] == "worker_lost") == [0, 1, 2, 3]
 
 
+def test_a_worker_whose_own_steps_are_long_is_not_lost_for_a_slow_step_but_is_after_several():
+    controller = Controller(for_strategy(ControlConfig(lost_after_s=5, lost_after_steps=3), "ssgd"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    slow_steps = _summaries({w: 0.25 for w in range(4)})  # 0.25 s/sample x 32 samples: 8 s steps
+    assert controller.decide(0, plan, {**slow_steps, 1: slow_steps[1]._replace(silent_s=12.0)}).lost == frozenset()
+    assert controller.decide(1, plan, {**slow_steps, 1: slow_steps[1]._replace(silent_s=30.0)}).lost == {1}
+
+
 def test_no_detection_and_no_change_without_stragglers():
     controller = Controller(for_strategy(ControlConfig(), "auto"), 4, 32)
     plan = ssgd(range(4), epoch=1)
