@@ -163,7 +163,8 @@ def run(args: argparse.Namespace, numel: int) -> dict:
                 raise RuntimeError(f"--netns: {why}")
             nodes = args.ps + max(args.workers, gloo_world)
             net = stack.enter_context(NetNamespaces(nodes=nodes))
-            prefixes = [["ip", "netns", "exec", net.name(n)] for n in range(nodes)]
+            # gloo finds its interface from the hostname, which resolves outside the namespaces: name it.
+            prefixes = [["ip", "netns", "exec", net.name(n), "env", "GLOO_SOCKET_IFNAME=eth0"] for n in range(nodes)]
             hosts = [net.address(n) for n in range(nodes)]
         procs = Processes(Path(tmp), prefixes, hosts)
         finished = False

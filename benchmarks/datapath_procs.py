@@ -41,7 +41,10 @@ class Driver:
         ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
         line = self.process.stdout.readline() if ready else ""
         if not line:
-            raise RuntimeError(f"{self.name} gave no answer (exit code {self.process.poll()}); see {self.log.name}")
+            self.log.flush()
+            tail = Path(self.log.name).read_text(errors="replace").strip().splitlines()[-6:]
+            raise RuntimeError(f"{self.name} gave no answer (exit code {self.process.poll()}); its last messages:\n"
+                               + "\n".join(tail))
         return line.strip()
 
     def stop(self, grace_s: float) -> int | None:
