@@ -164,10 +164,10 @@ def ps_worker_main(worker: int, workers: int, addresses: list[str], numel: int, 
     grads = torch.randn(numel, generator=generator).mul_(1e-3)
     with PSClient(addresses, worker_id=worker, transport=transport, wire=wire) as client:
         client.wait_ready(60.0)
-        replies = client.register(numel)
+        replies = client.register(numel, timeout_s=RPC_TIMEOUT_S)  # a loaded host may take long to answer
         if worker == 0:
             client.init_if_needed(params, replies, timeout_s=RPC_TIMEOUT_S)
-            client.configure(ssgd(list(range(workers)), epoch=1))
+            client.configure(ssgd(list(range(workers)), epoch=1), timeout_s=RPC_TIMEOUT_S)
         print("ready", flush=True)
         iteration = 0
         for line in sys.stdin:
