@@ -22,6 +22,7 @@ def fake_run(args, strategy, trace, out, seed):
 
 def test_summary_csv_has_the_interface_columns_and_paired_ratios(tmp_path, monkeypatch):
     monkeypatch.setattr(strategies, "run_one", fake_run)
+    monkeypatch.setattr(strategies, "write_report", lambda runs, out=None: None)  # no run directories to draw
     out = tmp_path / "out"
     assert strategies.main(["--trace", "mid3x", "--strategies", "ssgd,batch,kofn,auto", "--repeats", "3", "--out", str(out)]) == 0
     with open(out / "summary.csv", newline="") as handle:
