@@ -57,7 +57,10 @@ def restore_coordinator(coordinator) -> bool:
             service.directives[int(worker)] = pb.Directives(amp=bool(d["amp"]), batch_size=int(d["batch_size"]))
         restore_plain_state(coordinator.ps_watch, state.get("ps_watch", {}))
         coordinator.restored_control = (int(state.get("period", 0)), state.get("controller", {}))
-    resend = coordinator.ps_watch.observe(stats, plan.epoch)[1]
+    found, resend = coordinator.ps_watch.observe(stats, plan.epoch)  # a PS restored while no coordinator watched
+    for event in found:
+        event = dict(event)
+        events.emit(event.pop("kind"), **event)
     if resend:
         coordinator.ps.configure_each(plan, only=resend)
     points = read_curve(out / "curve.csv")
