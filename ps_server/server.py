@@ -32,7 +32,7 @@ from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import MAX_BATCH_SIZE, MAX_EPOCH, MAX_LABEL_CHARS, MOVED_TO_KEY, plan_from_proto, plan_to_proto
 from star.waits import WaitLedger
 
-__all__ = ["PSConfig", "ParameterServer", "serve"]  # PSConfig lives in ps_server.config; imported from here too
+__all__ = ["PSConfig", "ParameterServer"]  # PSConfig lives in ps_server.config; imported from here too (`serve`: ps_server.daemon)
 
 logger = logging.getLogger("ps")
 
@@ -270,6 +270,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             await self._reject(context, error)
             raise
         self.pushes_received += 1
+        self.mailboxes.count_accepted(header)
         self.push_bytes_received += gradient.numel() * gradient.element_size()
         if usable:
             self._gradients[outcome.gradient_id] = gradient

@@ -113,15 +113,19 @@ class Mailboxes:
     def push_payload(self, header: pb.PushHeader, numel: int) -> ChunkPayload | MailboxPayload:
         """Where this push's gradient comes from: the worker's mailbox (shm_seq > 0) or the stream's chunks."""
         if not header.shm_seq:
-            payload = ChunkPayload(numel, "Push", header.dtype)
-            self.bf16_pushes += payload.assembler.dtype == BF16_WIRE
-            return payload
+            return ChunkPayload(numel, "Push", header.dtype)
         box = self.boxes.get(header.worker_id)
         if box is None or box.numel != numel:
             raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, "no_mailbox",
                            f"worker {header.worker_id} has no shared-memory mailbox here: register again (want_shm)")
-        self.pushes += 1
         return MailboxPayload(box, header.shm_seq)
+
+    def count_accepted(self, header: pb.PushHeader) -> None:
+        """Count a push by how it travelled, once the PS has accepted it (a refused push changes no counter)."""
+        if header.shm_seq:
+            self.pushes += 1
+        elif header.dtype == BF16_WIRE:
+            self.bf16_pushes += 1
 
     def pull_body(self, request: pb.PullRequest, snapshot) -> tuple[int, list[tuple[int, bytes]]]:
         """(shm_seq, chunks to stream): the parameters go into the worker's mailbox when it asked and has one."""

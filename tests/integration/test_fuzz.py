@@ -43,7 +43,7 @@ from hypothesis import strategies as st
 
 from ps_server.server import PSConfig
 from star.coordinator import ABSURD_S, MAX_CPU_PERCENT, MAX_SLOWDOWN
-from star.flat import MAX_CHUNK_BYTES
+from star.flat import MAX_CHUNK_BYTES, WIRE_ELEMENT_BYTES
 from star.launch import ProcessGroup, _wait_ready
 from star.plan import LatePolicy, SyncPlan, asgd
 from star.rpc import star_pb2 as pb
@@ -402,8 +402,8 @@ def _push_case(data: st.DataObject, d: Daemons, epoch: int, version: int, how: s
     elif how == "not_in_plan":
         header.worker_id, expect = 2, Refuse(fp, "not_in_plan")
     elif how == "bad_dtype":
-        header.dtype = data.draw(st.one_of(st.sampled_from(["", "float16", "FLOAT32", "float64", "bfloat16", "float32 "]),
-                                           st.text(max_size=16)).filter(lambda s: s != "float32"))
+        header.dtype = data.draw(st.one_of(st.sampled_from(["float16", "FLOAT32", "float64", "bf16", "float32 "]),
+                                           st.text(max_size=16)).filter(lambda s: s and s not in WIRE_ELEMENT_BYTES))
         expect = Refuse(inv, "bad_dtype")
     elif how == "bad_numel":
         header.numel, expect = data.draw(u64.filter(lambda n: n != NUMEL)), Refuse(inv, "bad_length")
