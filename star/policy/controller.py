@@ -26,7 +26,8 @@ from star.policy.amp import AmpConfig, AmpDecision, AmpPolicy, AmpState
 from star.policy.batch import BatchConfig, BatchPlanError, predicted_gain, solve_batch_sizes
 from star.policy.combine import amp_gain_under_batch, Sizes
 from star.policy.learned import LearnedSelector, load_model
-from star.policy.selector import HeuristicSelector, SelectorConfig, estimate, same_shape
+from star.policy.plan_scores import estimate
+from star.policy.selector import HeuristicSelector, SelectorConfig, same_shape
 from star.policy.speeds import SpeedTracker
 from star.policy.traffic import PsLayout, TrafficConfig, TrafficGuard
 

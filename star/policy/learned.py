@@ -38,7 +38,9 @@ import numpy as np
 
 from star.detect import DetectorConfig
 from star.plan import SyncPlan, ssgd
-from star.policy.selector import Estimate, HeuristicSelector, ModeDecision, SelectorConfig, candidate_plans, estimate, same_shape
+from star.policy.candidates import candidate_plans
+from star.policy.plan_scores import Estimate, estimate
+from star.policy.selector import HeuristicSelector, ModeDecision, SelectorConfig, same_shape
 
 MODEL_FORMAT = "star-gbt-v1"
 SHIPPED_MODEL = "selector.json"  # in star/policy/models/

@@ -6,7 +6,7 @@ already busy, that extra traffic turns the PS into a straggler for *every* worke
 
 - `TrafficGuard.check` predicts each PS host's NIC utilisation under the proposed plan
   — the host's measured traffic, with this job's share scaled by the ratio of the
-  plans' gradient rates (`star.policy.selector.estimate`) — and refuses (defers) a
+  plans' gradient rates (`star.policy.plan_scores.estimate`) — and refuses (defers) a
   change that raises traffic past `max_util`. A change that lowers traffic always passes.
 - `TrafficGuard.pace` turns on push pacing (a plan option,
   `SyncPlan.push_pace_bytes_per_s`) when a PS host's NIC is measured above

@@ -18,9 +18,11 @@ import numpy as np
 
 from star.detect import DetectorConfig, slow_now
 from star.plan import SyncPlan, ssgd
+from star.policy.candidates import candidate_plans
 from star.policy.learned import (DECISION_FEATURES, FEATURES, SHIPPED_MODEL, TreeModel, decision_features,
                                  feature_rows)
-from star.policy.selector import SelectorConfig, candidate_plans, estimate
+from star.policy.plan_scores import estimate
+from star.policy.selector import SelectorConfig
 from star.sim.engine import Simulation
 from star.sim.config import sim_config
 from star.traces import Trace

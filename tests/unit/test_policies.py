@@ -13,7 +13,8 @@ from star.policy.amp import AmpPolicy, AmpState
 from star.policy.batch import BatchPlanError, makespan_s, solve_batch_sizes
 from star.policy.controller import ControlConfig, Controller, WorkerSummary, for_strategy, strategy_switches, without_workers
 from star.policy.noise import NoiseAccumulator, noise_scale
-from star.policy.selector import HeuristicSelector, SelectorConfig, estimate
+from star.policy.plan_scores import estimate
+from star.policy.selector import HeuristicSelector, SelectorConfig
 
 EVEN = {0: 1.0, 1: 1.02, 2: 0.98, 3: 1.01}
 
@@ -380,6 +381,6 @@ def test_bulk_batch_allocation_equals_one_sample_at_a_time(seed):
     (1000, 3, [500, 562, 625, 688, 750, 812, 875, 938, 997, 999]),
 ])
 def test_kofn_candidates_are_all_k_for_small_n_and_a_few_for_large_n(n, stragglers, expected):
-    from star.policy.selector import kofn_quorums
+    from star.policy.candidates import kofn_quorums
 
     assert kofn_quorums(n, stragglers) == expected

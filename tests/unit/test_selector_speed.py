@@ -1,40 +1,53 @@
-"""The mode selector's and batch solver's fast paths against their plain-Python definitions.
+"""The mode selector's and batch solver's fast paths against their plain-rule definitions.
 
 `HeuristicSelector.decide` scores every candidate from one sort of the iteration times and
-builds candidate plans without re-validating each one; `solve_batch_sizes` picks the samples
-by a threshold search instead of a heap. Both must give exactly what they gave before. The
-reference implementations below are the pre-fast-path code, copied verbatim (they import
-nothing from the fast paths), so any drift shows up here.
+builds candidate plans without re-validating each one; `estimate` scores a plan on arrays (native
+for usual input, object arrays, i.e. Python's own arithmetic, for anything else);
+`solve_batch_sizes` picks the samples by a threshold search instead of a heap. The plain rules
+below are the executable specification (they import nothing from the fast paths): the library
+must give exactly what they give, bit for bit, errors included. Seeded random cases and
+hypothesis fuzz both check it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
+import math
+import operator
 import random
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from star.plan import LatePolicy, PlanError, SyncPlan, asgd, exclude, grouped, kofn, ssgd
 from star.policy.batch import solve_batch_sizes
-from star.policy.selector import (Estimate, HeuristicSelector, ModeDecision, SelectorConfig, candidate_plans, estimate,
-                                  kofn_quorums, same_shape)
+from star.policy.candidates import candidate_estimates, candidate_plans, kofn_quorums
+from star.policy.plan_scores import Estimate, estimate
+from star.policy.selector import HeuristicSelector, ModeDecision, SelectorConfig, same_shape
 
-# ---------------------------------------------------------------- reference (verbatim, pre fast path)
+# ---------------------------------------------------------------- the plain rule (the specification)
 
 
-def _ref_efficiency(batch: float, full_batch: float, b_noise: float) -> float:
+def in_order_sum(values) -> object:
+    """0 + v0 + v1 + ..., left to right: the model's sums (Python 3.11's `sum`, without 3.12's compensation)."""
+    return functools.reduce(operator.add, values, 0)
+
+
+def _plain_efficiency(batch: float, full_batch: float, b_noise: float) -> float:
     if b_noise <= 0 or batch <= 0:
         return 1.0
     return (1 + b_noise / batch) / (1 + b_noise / full_batch)
 
 
-def ref_estimate(plan: SyncPlan, iter_time_s: Mapping[int, float], batch: Mapping[int, int], b_noise: float, penalty: float) -> Estimate:
+def plain_estimate(plan: SyncPlan, iter_time_s: Mapping[int, float], batch: Mapping[int, int], b_noise: float, penalty: float) -> Estimate:
     n = plan.total_workers
-    full_batch = sum(batch[w] for group in plan.groups for w in group)
+    full_batch = in_order_sum(batch[w] for group in plan.groups for w in group)
     rounds: list[tuple[float, int, float]] = []  # (updates/s, gradients per update, batch per update)
     apply_late = plan.late_policy is LatePolicy.APPLY
     for group, quorum in zip(plan.groups, plan.quorum):
@@ -44,23 +57,23 @@ def ref_estimate(plan: SyncPlan, iter_time_s: Mapping[int, float], batch: Mappin
             continue
         ordered = sorted(group, key=iter_time_s.__getitem__)
         on_time = ordered[:quorum]
-        rounds.append((1.0 / iter_time_s[on_time[-1]], quorum, float(sum(batch[w] for w in on_time))))
+        rounds.append((1.0 / iter_time_s[on_time[-1]], quorum, float(in_order_sum(batch[w] for w in on_time))))
         if apply_late:
             rounds.extend((1.0 / iter_time_s[w], 1, float(batch[w])) for w in ordered[quorum:])
-    updates_per_s = sum(rate for rate, _, _ in rounds)
-    gradients_per_s = sum(rate * count for rate, count, _ in rounds)
+    updates_per_s = in_order_sum(rate for rate, _, _ in rounds)
+    gradients_per_s = in_order_sum(rate * count for rate, count, _ in rounds)
     weighted_eff = weighted_stale = 0.0
     for rate, count, update_batch in rounds:
         share = rate * count / gradients_per_s
         # Other updates landing while this update's gradients were computed.
         others = (updates_per_s - rate) / rate
-        weighted_eff += share * _ref_efficiency(update_batch, full_batch, b_noise)
+        weighted_eff += share * _plain_efficiency(update_batch, full_batch, b_noise)
         weighted_stale += share * (1 + penalty * others)
     seconds = (n / gradients_per_s) * weighted_eff * weighted_stale
     return Estimate(plan, seconds, gradients_per_s, weighted_eff, weighted_stale)
 
 
-def ref_candidate_plans(workers: Sequence[int], stragglers: frozenset[int], iter_time_s: Mapping[int, float], modes: Sequence[str]) -> list[SyncPlan]:
+def plain_candidate_plans(workers: Sequence[int], stragglers: frozenset[int], iter_time_s: Mapping[int, float], modes: Sequence[str]) -> list[SyncPlan]:
     workers = tuple(sorted(workers))
     n = len(workers)
     plans: list[SyncPlan] = []
@@ -81,7 +94,7 @@ def ref_candidate_plans(workers: Sequence[int], stragglers: frozenset[int], iter
 
 
 @dataclass
-class RefSelector:
+class PlainSelector:
     config: SelectorConfig = field(default_factory=SelectorConfig)
     _last_switch: int = -(10**9)
 
@@ -90,13 +103,13 @@ class RefSelector:
         if any(w not in iter_time_s for w in workers):
             return ModeDecision(None, "waiting for timings from every worker", ())
         estimates = tuple(
-            ref_estimate(p, iter_time_s, batch, b_noise, self.config.staleness_penalty)
-            for p in ref_candidate_plans(workers, stragglers, iter_time_s, self.config.modes)
+            plain_estimate(p, iter_time_s, batch, b_noise, self.config.staleness_penalty)
+            for p in plain_candidate_plans(workers, stragglers, iter_time_s, self.config.modes)
         )
         if not estimates:
             return ModeDecision(None, "no candidate plans", ())
         best = min(estimates, key=lambda e: e.seconds_per_progress)
-        now = ref_estimate(current, iter_time_s, batch, b_noise, self.config.staleness_penalty)
+        now = plain_estimate(current, iter_time_s, batch, b_noise, self.config.staleness_penalty)
         if same_shape(best.plan, current):
             return ModeDecision(None, f"{current.label} is already the best plan ({now.seconds_per_progress:.4f} s/step)", estimates)
         if period - self._last_switch < self.config.min_dwell:
@@ -198,7 +211,7 @@ def random_plan(rng: random.Random, ids: list[int], times, stragglers, config) -
         return dataclasses.replace(plan, quorum=quorum, late_policy=late)
     if family == "exclude":
         return exclude(ids, rng.sample(ids, rng.randint(0, n - 1)), epoch)
-    plans = ref_candidate_plans(ids, stragglers, times, config.modes) or [ssgd(ids)]
+    plans = plain_candidate_plans(ids, stragglers, times, config.modes) or [ssgd(ids)]
     return dataclasses.replace(rng.choice(plans), epoch=epoch)
 
 
@@ -228,23 +241,23 @@ CASES = range(160)
 
 @pytest.fixture(scope="module")
 def decisions():
-    """(fast decision, reference decision, fast last switch, reference last switch) per random case."""
+    """(fast decision, plain-rule decision, fast last switch, plain-rule last switch) per random case."""
     out = []
     for seed in CASES:
         current, times, batch, stragglers, b_noise, config, period, last = random_case(seed)
-        fast, ref = HeuristicSelector(config, last), RefSelector(config, last)
+        fast, ref = HeuristicSelector(config, last), PlainSelector(config, last)
         out.append((fast.decide(period, current, times, batch, stragglers, b_noise),
                     ref.decide(period, current, times, batch, stragglers, b_noise), fast._last_switch, ref._last_switch))
     return out
 
 
-def test_fast_decide_matches_the_reference_on_random_cases(decisions):
+def test_decide_gives_the_plain_rules_decision_on_random_cases(decisions):
     for fast, ref, fast_last, ref_last in decisions:
         assert_same_decision(fast, ref)
         assert fast_last == ref_last
 
 
-def test_fast_decide_scores_are_bit_identical(decisions):
+def test_decide_scores_are_bit_identical_to_the_plain_rule(decisions):
     # Equal bits, not just 1e-9: the selector takes the first of equally scored plans, so an
     # off-by-one-ulp score could flip a tie between plans (ASGD vs a 1|1 split at N=2, say).
     for fast, ref, _, _ in decisions:
@@ -262,26 +275,26 @@ def test_the_random_cases_reach_every_branch(decisions):
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_estimate_matches_the_reference_for_every_plan_family(seed):
+def test_estimate_equals_the_plain_rule_for_every_plan_family(seed):
     rng = random.Random(1000 + seed)
     current, times, batch, stragglers, b_noise, config, _, _ = random_case(seed, n=rng.choice([3, 20, 30, 300, 1500]))
     ids = sorted(times)
     plans = [current] + [random_plan(random.Random(seed * 31 + i), ids, times, stragglers, config) for i in range(8)]
     plans += [kofn(ids, max(1, len(ids) - 2), late_policy=LatePolicy.DROP), asgd(ids, staleness_bound=2)]
     for plan in plans:
-        got, want = estimate(plan, times, batch, b_noise, 0.15), ref_estimate(plan, times, batch, b_noise, 0.15)
+        got, want = estimate(plan, times, batch, b_noise, 0.15), plain_estimate(plan, times, batch, b_noise, 0.15)
         assert got.plan is plan
         assert (got.seconds_per_progress, got.gradients_per_s, got.efficiency, got.staleness) == \
             (want.seconds_per_progress, want.gradients_per_s, want.efficiency, want.staleness)
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_candidate_plans_match_the_reference(seed):
+def test_candidate_plans_equal_the_plain_rules(seed):
     current, times, _, stragglers, _, config, _, _ = random_case(seed)
     workers = list(current.workers)
     random.Random(seed).shuffle(workers)  # any order in, sorted plans out
     got = candidate_plans(workers, stragglers, times, config.modes)
-    want = ref_candidate_plans(workers, stragglers, times, config.modes)
+    want = plain_candidate_plans(workers, stragglers, times, config.modes)
     assert len(got) == len(want)
     for a, b in zip(got, want):
         assert_same_plan(a, b)
@@ -289,7 +302,7 @@ def test_candidate_plans_match_the_reference(seed):
 
 def decide_both(current, times, batch, stragglers, b_noise=0.0):
     outcomes = []
-    for selector in (HeuristicSelector(), RefSelector()):
+    for selector in (HeuristicSelector(), PlainSelector()):
         try:
             outcomes.append(selector.decide(10, current, times, batch, stragglers, b_noise))
         except Exception as exc:  # noqa: BLE001 - the same error is part of "the same result"
@@ -299,7 +312,7 @@ def decide_both(current, times, batch, stragglers, b_noise=0.0):
 
 @pytest.mark.parametrize("variant", ["int-times", "float32-times", "zero-time", "negative-batch", "float-batch",
                                      "missing-batch", "unknown-straggler", "nan-time", "huge-batch"])
-def test_unusual_input_gives_what_the_reference_gives(variant):
+def test_unusual_input_gives_what_the_plain_rule_gives(variant):
     ids = list(range(40))
     times = {w: 0.1 * (1 + 0.01 * (w % 7)) for w in ids}
     times[3] = 0.4
@@ -341,15 +354,99 @@ def test_missing_timings_and_single_worker():
     assert_same_decision(fast, ref, exact=True)
 
 
-def test_candidate_plans_from_bad_workers_raise_as_before():
+def test_candidate_plans_from_bad_workers_raise_as_the_builders_do():
     for workers in ([], [1, 1, 2], [-1, 0, 1]):
         outcomes = []
-        for build in (candidate_plans, ref_candidate_plans):
+        for build in (candidate_plans, plain_candidate_plans):
             try:
                 outcomes.append(build(workers, frozenset(), {w: 0.1 for w in workers}, SelectorConfig().modes))
             except PlanError as exc:
                 outcomes.append(str(exc))
         assert outcomes[0] == outcomes[1]
+
+
+# ---------------------------------------------------------------- fuzz (hypothesis)
+
+MODES = SelectorConfig().modes
+USUAL_TIMES = st.sampled_from([0.1, 0.11, 0.125, 0.3, 0.5]) | st.floats(1e-3, 10.0)
+USUAL_BATCHES = st.sampled_from([0, 16, 64]) | st.integers(0, 256)
+# Input the native arrays must not take, one kind at a time (two kinds could fail in either order):
+# Python's own arithmetic decides (float32 stays float32, 1/0 raises, huge ints stay exact).
+UNUSUAL_TIMES = [st.integers(1, 5), st.floats(1e-3, 10.0).map(np.float32), st.sampled_from([0.0, -0.0]),
+                 st.floats(-2.0, -1e-3), st.just(math.inf)]
+UNUSUAL_BATCHES = [st.integers(-8, -1), st.floats(0.0, 100.0), st.sampled_from([2**70, True]),
+                   st.integers(0, 99).map(np.int64)]
+FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def workloads(draw, times=USUAL_TIMES, batches=USUAL_BATCHES):
+    """(worker ids, times, batches, stragglers, B_noise, modes): sizes on both sides of every small-N branch."""
+    n = draw(st.integers(1, 30) | st.integers(31, 70))
+    ids = sorted(draw(st.lists(st.integers(0, 3 * n + 5), min_size=n, max_size=n, unique=True)))
+    iter_time_s = dict(zip(ids, draw(st.lists(times, min_size=n, max_size=n))))
+    batch = dict(zip(ids, draw(st.lists(batches, min_size=n, max_size=n))))
+    stragglers = frozenset(draw(st.sets(st.sampled_from(ids), max_size=n)))
+    b_noise = draw(st.sampled_from([0.0, 1.0, 50.0]) | st.floats(0.0, 1e4))
+    modes = tuple(m for m in MODES if draw(st.booleans())) if draw(st.booleans()) else MODES
+    return ids, iter_time_s, batch, stragglers, b_noise, modes
+
+
+def outcome(compute):
+    """What `compute()` gives: its estimates as comparable rows, or the error it raises."""
+    try:
+        return [(e.plan, vars(e.plan), e.plan.label) + tuple(_bits(getattr(e, name)) for name in
+                ("seconds_per_progress", "gradients_per_s", "efficiency", "staleness")) for e in compute()]
+    except Exception as exc:  # noqa: BLE001 - the same error is part of "the same result"
+        return (type(exc), str(exc))
+
+
+def _bits(value) -> object:
+    return "nan" if value != value else value
+
+
+@FUZZ
+@given(workloads())
+def test_candidate_estimates_equal_the_plain_rule(workload):
+    ids, times, batch, stragglers, b_noise, modes = workload
+    got = outcome(lambda: candidate_estimates(ids, stragglers, times, batch, b_noise, 0.15, modes))
+    want = outcome(lambda: [plain_estimate(p, times, batch, b_noise, 0.15)
+                            for p in plain_candidate_plans(ids, stragglers, times, modes)])
+    assert got == want
+
+
+@st.composite
+def plans(draw, ids: list[int]) -> SyncPlan:
+    """Any plan over `ids`: a random partition, groups and members in random order, any quorums and late policy."""
+    shuffled = draw(st.permutations(ids))
+    cuts = sorted(draw(st.sets(st.integers(1, len(ids) - 1), max_size=6))) if len(ids) > 1 else []
+    groups = [shuffled[a:b] for a, b in zip([0, *cuts], [*cuts, len(ids)])]
+    quorum = tuple(draw(st.integers(1, len(g))) for g in groups)
+    return SyncPlan(0, tuple(map(tuple, groups)), quorum, late_policy=draw(st.sampled_from(list(LatePolicy))))
+
+
+def unusual_workloads():
+    return st.one_of([workloads(times=USUAL_TIMES | odd) for odd in UNUSUAL_TIMES] +
+                     [workloads(batches=USUAL_BATCHES | odd) for odd in UNUSUAL_BATCHES])
+
+
+@FUZZ
+@given(st.data(), st.booleans())
+def test_estimate_equals_the_plain_rule_for_any_plan(data, unusual):
+    ids, times, batch, _, b_noise, _ = data.draw(unusual_workloads() if unusual else workloads())
+    plan = data.draw(plans(ids))
+    assert outcome(lambda: [estimate(plan, times, batch, b_noise, 0.15)]) == \
+        outcome(lambda: [plain_estimate(plan, times, batch, b_noise, 0.15)])
+
+
+@FUZZ
+@given(unusual_workloads())
+def test_unusual_input_scores_as_the_plain_rule(workload):
+    ids, times, batch, stragglers, b_noise, modes = workload
+    got = outcome(lambda: candidate_estimates(ids, stragglers, times, batch, b_noise, 0.15, modes))
+    want = outcome(lambda: [plain_estimate(p, times, batch, b_noise, 0.15)
+                            for p in plain_candidate_plans(ids, stragglers, times, modes)])
+    assert got == want
 
 
 # ---------------------------------------------------------------- cost
