@@ -46,8 +46,8 @@ import grpc
 import psutil
 import torch
 
-from star.launch import ProcessGroup, _wait_ready
 from star.plan import asgd
+from star.processes import ProcessGroup, _wait_ready
 from star.rpc.common import address
 from star.rpc.ps_client import PSClient
 from star.rpc.security import TOKEN_ENV, Credentials

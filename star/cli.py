@@ -53,7 +53,8 @@ def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
 
 
 def _run_launch(args: argparse.Namespace) -> int:
-    from star.launch import LaunchError, launch
+    from star.launch import launch
+    from star.processes import LaunchError
 
     config, progress = _job_config(args)
     print(f"star launch: task={config.task} workers={config.workers} ps={config.ps} mode={config.plan.mode} out={config.out}", flush=True)
@@ -73,8 +74,8 @@ def _run_launch(args: argparse.Namespace) -> int:
 
 
 def _run_node(args: argparse.Namespace) -> int:
-    from star.launch import LaunchError
     from star.node import NodeError, run_node
+    from star.processes import LaunchError
 
     config, progress = _job_config(args)
     if config.plan.mode == DDP_MODE:

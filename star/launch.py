@@ -24,7 +24,7 @@ import grpc
 from star.config import JobConfig, to_toml
 from star.ddp_rules import DDP_MODE
 from star.node_agent import NodeAgent
-from star.processes import Child, LaunchError, ProcessGroup, _tail, _wait_ready  # noqa: F401 (ProcessGroup, _wait_ready re-exported for tests and benchmarks)
+from star.processes import Child, LaunchError, ProcessGroup, _tail, _wait_ready
 from star.metrics import METRICS_FILE, check_metrics_ports, ps_metrics_port, ready_metrics_port, write_metrics_file
 from star.straggler import format_summary
 from star.rpc import star_pb2 as pb

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Callable
 
 from star.config import JobConfig
-from star.launch import ProcessGroup, _monitor, ps_command, start_coordinator, start_ps_daemons, start_workers
+from star.launch import _monitor, ps_command, start_coordinator, start_ps_daemons, start_workers
 from star.placement import Placement, host_state, place
+from star.processes import ProcessGroup
 from star.rendezvous import NodeIdentity, RendezvousError, Store, identify, route_address
 from star.resources import HostSample, ResourceSampler
 from star.rpc.security import TOKEN_ENV, Credentials

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from star.launch import ProcessGroup, _wait_ready
+from star.processes import ProcessGroup, _wait_ready
 from star.rpc.common import address
 
 pytestmark = pytest.mark.integration

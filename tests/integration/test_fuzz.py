@@ -44,8 +44,8 @@ from hypothesis import strategies as st
 from ps_server.server import PSConfig
 from star.coordinator import ABSURD_S, MAX_CPU_PERCENT, MAX_SLOWDOWN
 from star.flat import MAX_CHUNK_BYTES, WIRE_ELEMENT_BYTES
-from star.launch import ProcessGroup, _wait_ready
 from star.plan import LatePolicy, SyncPlan, asgd
+from star.processes import ProcessGroup, _wait_ready
 from star.rpc import star_pb2 as pb
 from star.rpc.common import (
     MAX_BATCH_SIZE,

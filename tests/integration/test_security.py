@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from star.config import JobConfig, SecurityConfig, from_dict
-from star.launch import TOKEN_FILE_NAME, ProcessGroup, _wait_ready, launch
+from star.launch import TOKEN_FILE_NAME, launch
 from star.plan import asgd
+from star.processes import ProcessGroup, _wait_ready
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS, CONTROL_CHANNEL_OPTIONS, address

@@ -58,7 +58,8 @@ def test_healthy_ps_on_the_current_plan_needs_nothing():
 
 
 def test_restart_budget_covers_workers_and_ps_but_not_children_without_restart_args():
-    from star.launch import Child, should_restart
+    from star.launch import should_restart
+    from star.processes import Child
 
     worker = Child("worker0", process=None, log_path=None, restart_args=["worker"], restarts=2)
     assert should_restart(worker, 3) and not should_restart(worker, 2)
