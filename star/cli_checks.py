@@ -11,7 +11,7 @@ from __future__ import annotations
 from star.checkpoint import CheckpointError
 from star.config import ConfigError
 from star.tasks.registry import TaskSpecError
-from star.traces import TraceError
+from star.trace_values import TraceError
 
 # Expected failures caused by what the user gave; any other exception is a bug and keeps its traceback.
 USER_ERRORS = (ConfigError, TaskSpecError, TraceError, CheckpointError, FileNotFoundError, NotADirectoryError,

@@ -43,13 +43,12 @@ from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 
-from star.trace_values import (  # noqa: F401 (TraceError, WorkerList, parse_worker_list: part of this module's API)
-    PAI_COLUMNS, SIMPLE_COLUMNS, PAI_MARKERS, SIMPLE_MARKERS, TraceError, WorkerList, check_factor, check_index,
-    check_num_workers, exact_stretch, fail, normalise_worker_list, parse_float_cell, parse_int_cell, parse_worker_list,
+from star.trace_values import (
+    PAI_COLUMNS, SIMPLE_COLUMNS, PAI_MARKERS, SIMPLE_MARKERS, WorkerList, check_factor, check_index, check_num_workers,
+    exact_stretch, fail, normalise_worker_list, parse_float_cell, parse_int_cell,
 )
 
 __all__ = [
-    "TraceError",
     "TraceRow",
     "Trace",
     "WorkerSlowdown",
@@ -58,7 +57,6 @@ __all__ = [
     "load_simple_csv",
     "write_simple_csv",
     "load_worker_slowdown",
-    "parse_worker_list",
     "slowdown_sleep_s",
 ]
 

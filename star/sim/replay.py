@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from star.traces import Trace, WorkerList, parse_worker_list
+from star.trace_values import WorkerList, parse_worker_list
+from star.traces import Trace
 
 
 class FactorTable:

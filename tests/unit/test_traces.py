@@ -10,16 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from star.trace_values import TraceError, parse_worker_list
 from star.traces import (
     Trace,
-    TraceError,
     TraceRow,
     WorkerSlowdown,
     load_pai_csv,
     load_simple_csv,
     load_trace,
     load_worker_slowdown,
-    parse_worker_list,
     slowdown_sleep_s,
     write_simple_csv,
 )
