@@ -22,10 +22,11 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from benchmarks.strategies import median_or_none, middle_half_trace, write_csv
+from benchmarks.strategies import middle_half_trace, write_csv
 from star.config import JobConfig, from_dict
 from star.launch import launch
 from star.tasks.registry import PRESET_SPECS, TASK_NAMES
+from star.tta import median_or_none
 
 RUNS = (  # (row name, plan mode, under the trace?)
     ("ddp-clean", "ddp", False),

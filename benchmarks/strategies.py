@@ -29,7 +29,7 @@ from star.config import from_dict, JobConfig
 from star.launch import launch
 from star.report import write_report
 from star.traces import Trace, write_simple_csv
-from star.tta import bootstrap_median, bootstrap_ratio, coefficient_of_variation, median_or_none  # noqa: F401 (re-exported)
+from star.tta import bootstrap_median, bootstrap_ratio, coefficient_of_variation
 
 STRATEGIES = ("ssgd", "asgd", "kofn", "grouped", "exclude", "amp", "batch", "auto")
 
