@@ -8,29 +8,27 @@ import json
 import signal
 import sys
 
-from star.cli_args import add_config_args, config_from_args
+from star.cli_args import add_config_args, add_job_style_args, config_from_args
+from star.cli_names import JOB_COMMON, SIM_COMMON
 from star.config import ConfigError, JobConfig, load_toml
 from star.ddp_rules import DDP_MODE
 
-# Short flags of the launch contract, as aliases of the dotted config fields.
-LAUNCH_ALIASES = {
-    "--mode": ("plan.mode", "strategy: ssgd | asgd | kofn | grouped | ssp (fixed plans) | exclude | amp | batch | auto | ddp (PyTorch DDP baseline)"),
-    "--k": ("plan.k", "k-of-N quorum (default N-1)"),
-    "--groups": ("plan.groups", "grouped mode, e.g. '0,1;2,3' (default two halves)"),
-    "--staleness": ("plan.staleness", "SSP staleness bound (default 2)"),
-    "--tree-fanout": ("plan.tree_fanout", "tree aggregation: a parent worker sums this many workers' gradients (default off)"),
-    "--trace": ("trace.path", "slowdown trace (Alibaba PAI CSV or iteration,worker,factor CSV)"),
-}
+JOB_USAGE = "%(prog)s [--config TOML] [options]"
+JOB_DESCRIPTION = ("The common settings; --help-all lists every option, one per config field: the nested ones "
+                   "spelled as their dotted TOML path (--control.detector.k). --config loads the same fields from TOML; "
+                   "flags override it.")
+
+
+def _job_args(parser: argparse.ArgumentParser, show_all: bool) -> None:
+    parser.add_argument("--config", metavar="TOML", help="TOML file of JobConfig fields; flags override it")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_config_args(parser, JobConfig, JOB_COMMON, show_all)
 
 
 def _job_parser(sub, name: str, help_text: str, handler) -> None:
-    """`star launch` and `star node` take the same job: a TOML file, every JobConfig field as a flag, short aliases."""
-    p = sub.add_parser(name, help=help_text)
-    p.add_argument("--config", help="TOML file of JobConfig fields; flags override it")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    for flag, (dest, alias_help) in LAUNCH_ALIASES.items():
-        p.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=alias_help)
-    add_config_args(p, JobConfig)
+    """`star launch` and `star node` take the same job: a TOML file, every JobConfig field as a flag."""
+    p = sub.add_parser(name, help=help_text, usage=JOB_USAGE, description=JOB_DESCRIPTION, allow_abbrev=False)
+    add_job_style_args(p, _job_args)
     p.set_defaults(handler=handler)
 
 
@@ -101,7 +99,7 @@ def _run_node(args: argparse.Namespace) -> int:
 def _ps_parser(sub) -> None:
     from ps_server.server import PSConfig
 
-    p = sub.add_parser("ps", help="run one parameter-server daemon")
+    p = sub.add_parser("ps", allow_abbrev=False, help="run one parameter-server daemon")
     p.add_argument("--ready-file", help="write {port, pid} here once serving")
     add_config_args(p, PSConfig)
     p.set_defaults(handler=_run_ps)
@@ -122,7 +120,7 @@ def _run_ps(args: argparse.Namespace) -> int:
 def _worker_parser(sub) -> None:
     from worker.worker import WorkerConfig
 
-    p = sub.add_parser("worker", help="run one worker daemon")
+    p = sub.add_parser("worker", allow_abbrev=False, help="run one worker daemon")
     add_config_args(p, WorkerConfig)
     p.set_defaults(handler=_run_worker)
 
@@ -143,7 +141,7 @@ def _run_worker(args: argparse.Namespace) -> int:
 def _coordinator_parser(sub) -> None:
     from star.coordinator import CoordinatorConfig
 
-    p = sub.add_parser("coordinator", help="run the coordinator (and evaluator) daemon")
+    p = sub.add_parser("coordinator", allow_abbrev=False, help="run the coordinator (and evaluator) daemon")
     p.add_argument("--ready-file", help="write {port, pid} here once serving")
     add_config_args(p, CoordinatorConfig)
     p.set_defaults(handler=_run_coordinator)
@@ -161,23 +159,17 @@ def _run_coordinator(args: argparse.Namespace) -> int:
     return run_coordinator(config, args.ready_file)
 
 
-SIM_ALIASES = {
-    "--mode": ("plan.mode", "strategy: ssgd | asgd | kofn | grouped | ssp | exclude | amp | batch | auto"),
-    "--k": ("plan.k", "k-of-N quorum (default N-1)"),
-    "--groups": ("plan.groups", "grouped mode, e.g. '0,1;2,3' (default two halves)"),
-    "--staleness": ("plan.staleness", "SSP staleness bound (default 2)"),
-    "--trace": ("trace_path", "slowdown trace (Alibaba PAI CSV or iteration,worker,factor CSV)"),
-}
+def _sim_args(parser: argparse.ArgumentParser, show_all: bool) -> None:
+    from star.sim.config import SimConfig
+
+    parser.add_argument("--config", metavar="TOML", help="TOML file of SimConfig fields; flags override it")
+    add_config_args(parser, SimConfig, SIM_COMMON, show_all)
 
 
 def _sim_parser(sub) -> None:
-    from star.sim.config import SimConfig
-
-    p = sub.add_parser("sim", help="simulate a job (any strategy, 10-10,000 workers) with the real coordinator policies")
-    p.add_argument("--config", help="TOML file of SimConfig fields; flags override it")
-    for flag, (dest, help_text) in SIM_ALIASES.items():
-        p.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=help_text)
-    add_config_args(p, SimConfig)
+    p = sub.add_parser("sim", help="simulate a job (any strategy, 10-10,000 workers) with the real coordinator policies",
+                       usage=JOB_USAGE, description=JOB_DESCRIPTION.replace("JobConfig", "SimConfig"), allow_abbrev=False)
+    add_job_style_args(p, _sim_args)
     p.set_defaults(handler=_run_sim)
 
 
@@ -200,7 +192,7 @@ def _run_sim(args: argparse.Namespace) -> int:
 
 
 def _calibrate_parser(sub) -> None:
-    p = sub.add_parser("calibrate", help="fit the simulator to a short real clean-SSGD run of a built-in task")
+    p = sub.add_parser("calibrate", allow_abbrev=False, help="fit the simulator to a short real clean-SSGD run of a built-in task")
     p.add_argument("--task", default="digits")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--ps", type=int, default=2)
@@ -223,7 +215,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
 
 
 def _train_selector_parser(sub) -> None:
-    p = sub.add_parser("train-selector", help="train the learned mode selector on simulated scenarios (deterministic per seed)")
+    p = sub.add_parser("train-selector", allow_abbrev=False, help="train the learned mode selector on simulated scenarios (deterministic per seed)")
     p.add_argument("--seed", type=int, default=0, help="seeds the scenarios and the model")
     p.add_argument("--scenarios", type=int, default=300, help="training scenarios (each simulates every candidate plan)")
     p.add_argument("--held-out", type=int, default=150, help="held-out scenarios for the regret report (0: none)")
@@ -249,7 +241,7 @@ def _run_train_selector(args: argparse.Namespace) -> int:
 def _bench_parser(sub) -> None:
     from benchmarks.bench import add_arguments
 
-    p = sub.add_parser("bench", help="every strategy on every trace (simulated or real): TTA table, mitigation, plots")
+    p = sub.add_parser("bench", allow_abbrev=False, help="every strategy on every trace (simulated or real): TTA table, mitigation, plots")
     add_arguments(p)
     p.set_defaults(handler=_run_bench)
 
@@ -261,7 +253,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 
 def _report_parser(sub) -> None:
-    p = sub.add_parser("report", help="report.png + report.md of a run (heatmap, decisions, curve), or several runs' curves overlaid")
+    p = sub.add_parser("report", allow_abbrev=False, help="report.png + report.md of a run (heatmap, decisions, curve), or several runs' curves overlaid")
     p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="output directories of finished star launch runs (one or more)")
     p.add_argument("--out", help="where to write (default: the run's directory; several runs: the first one's parent)")
     p.set_defaults(handler=_run_report)
@@ -290,12 +282,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
 def main(argv: list[str] | None = None) -> int:
     from star.processes import die_with_parent
 
     die_with_parent()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        from star.cli_suggest import unknown_option_message
+
+        command = _subcommands(parser)[args.command]
+        print(f"{command.prog}: error: {unknown_option_message(command, unknown[0])}", file=sys.stderr)
+        return 2
     try:
         return args.handler(args)
     except ConfigError as exc:

@@ -45,9 +45,9 @@ def _require(condition: bool, field_name: str, value: Any, reason: str) -> None:
 class OptimizerConfig:
     """The torch.optim optimizer each PS runs over its shard. None = the task's default."""
 
-    name: str | None = None  # sgd | adam | adamw
-    lr: float | None = None  # learning rate
-    momentum: float | None = None  # SGD momentum
+    name: str | None = None  # sgd | adam | adamw; default the task's
+    lr: float | None = None  # learning rate; default the task's
+    momentum: float | None = None  # SGD momentum; default the task's
     nesterov: bool = False  # SGD Nesterov momentum (needs momentum > 0)
     weight_decay: float = 0.0  # L2 (SGD, Adam) or decoupled (AdamW) weight decay
     beta1: float = 0.9  # Adam/AdamW first-moment decay

@@ -62,18 +62,18 @@ class CoordinatorConfig:
 
     ps_addresses: tuple[str, ...] = ()  # every PS, in ps_index order
     num_workers: int = 1  # workers expected to join
-    task: str = "digits"
-    seed: int = 0
+    task: str = "digits"  # built-in task name or module:function
+    seed: int = 0  # the job's seed (model init)
     target: float | None = None  # default the task's
     plan: PlanConfig = field(default_factory=PlanConfig)
     max_time_s: float = 120.0  # training seconds (from the first update) before the job stops
     startup_timeout_s: float = 180.0  # the first update must happen within this
     eval_period_s: float = 0.5  # evaluation period when evaluation.every_updates is 0
     evaluation: EvalConfig = field(default_factory=EvalConfig)  # fixed-version evaluation, smoothed target
-    stop_at_target: bool = True
-    out: str = "runs/latest"
-    host: str = "127.0.0.1"
-    port: int = 0
+    stop_at_target: bool = True  # end the job as soon as the target is reached
+    out: str = "runs/latest"  # output directory (result.json, curve.csv, events.jsonl)
+    host: str = "127.0.0.1"  # bind address
+    port: int = 0  # 0 = an ephemeral port (written to the ready file)
     report_window: int = 20  # per-worker reports kept for statistics
     batch_size: int | None = None  # the workers' even per-worker batch; default the task's
     control: ControlConfig = field(default_factory=ControlConfig)

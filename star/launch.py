@@ -46,7 +46,7 @@ def _flag_args(prefix: str, values: dict) -> list[str]:
         if isinstance(value, (tuple, list)):
             args += [f"--{prefix}{key}", ",".join(map(str, value))]
         elif isinstance(value, bool):
-            args.append(f"--{prefix}{key}" if value else f"--no-{(prefix + key).replace('_', '-').replace('.', '-')}")
+            args.append(f"--{prefix}{key}" if value else f"--no-{prefix}{key}")
         else:
             args += [f"--{prefix}{key}", str(value)]
     return args
@@ -59,7 +59,7 @@ def job_credentials(config: JobConfig, out: Path) -> Credentials:
     """The job's credentials: its token file or STAR_JOB_TOKEN if given, else a fresh random token.
 
     A generated token is also written to OUT/job.token (mode 0600), so that tools run by the
-    same user (`--security.token-file OUT/job.token`) can talk to the job while it runs.
+    same user (`--security.token_file OUT/job.token`) can talk to the job while it runs.
     """
     credentials = Credentials.load(config.security)
     if credentials.token is None:

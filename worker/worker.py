@@ -49,7 +49,7 @@ class WorkerConfig:
     ps_addresses: tuple[str, ...] = field(default=())  # direct PS addresses when there is no coordinator
     trace_path: str | None = None  # slowdown trace to replay
     trace_workers: str | None = None  # trace worker ids for run workers 0..N-1
-    trace_stretch: float = 1.0
+    trace_stretch: float = 1.0  # multiplies trace iteration numbers
     amp: bool = False  # start with autocast on
     device: str = "cpu"  # cpu | cuda
     threads: int = 1  # torch intra-op threads

@@ -156,7 +156,7 @@ class Daemons:
             "coordinator",
             ["coordinator", "--ps-addresses", self.ps_for_coordinator, "--num-workers", str(NUM_WORKERS), "--task", "digits",
              "--startup-timeout-s", "3600", "--eval-period-s", "2", "--out", str(self.out),
-             "--control-decision-period-s", "3600"],  # parked: no background decision writes events or changes the mode
+             "--control.decision_period_s", "3600"],  # parked: no background decision writes events or changes the mode
             tmp,
         )
         self.events = self.out / "events.jsonl"

@@ -176,7 +176,7 @@ def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
 
 
 def test_a_crashed_ps_with_no_restarts_left_fails_the_launch_and_stops_the_rest(tmp_path):
-    process = _start_endless_job(tmp_path, "--faults.max-restarts", "0")
+    process = _start_endless_job(tmp_path, "--faults.max_restarts", "0")
     try:
         children = psutil.Process(process.pid).children(recursive=True)
         ps = next(c for c in children if c.cmdline()[3:4] == ["ps"])  # python -m star.cli ps ...
