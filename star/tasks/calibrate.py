@@ -46,11 +46,15 @@ def simulate(
     lr: float | None = None,
     batch_size: int | None = None,
     target: float | None = None,
+    init_seed: int | None = None,
 ) -> SimulationResult:
-    """Synchronous SGD with `workers` averaged gradients per step until target."""
+    """Synchronous SGD with `workers` averaged gradients per step until target.
+
+    `init_seed` (default `seed`) builds the model, so the data order's share of the
+    run-to-run spread can be told apart from the initialisation's."""
     batch_size = batch_size or task.default_batch_size
     target = task.default_target if target is None else target
-    model = task.build_model(seed)
+    model = task.build_model(seed if init_seed is None else init_seed)
     optimizer = make_optimizer(task, model.parameters(), lr)
     streams = [BatchStream(task.train, w, workers, seed) for w in range(workers)]
     history = []

@@ -1,0 +1,91 @@
+"""How much updates-to-target varies across seeds: the noise floor of every TTA comparison.
+
+TTA = updates to target x seconds per update. Seconds per update barely moves between
+runs; updates to target moves with the seed (model init and data order). This runs the
+same synchronous SGD arithmetic as the cluster (`star.tasks.calibrate.simulate`: each
+worker's gradient on its own shard, averaged, one optimizer step) in one process, for
+several seeds, evaluates at every `--every` updates as the evaluator does, applies the
+evaluator's own target rule (`star.tta.first_reaching`, mean of the last `--smoothing`
+evaluations) and prints, per target, each seed's updates to target and their CV.
+
+    python -m benchmarks.updates_cv --task digits --seeds 8 --lr 0.005 --targets 0.9,0.95
+    python -m benchmarks.updates_cv --task digits --seeds 8 --fixed-init   # data order alone
+
+`--fixed-init` builds every seed's model from seed 0, so only the data order varies: the
+difference to a plain run is the initialisation's share of the spread. Last line: one
+JSON object with the settings and `cv` per target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+import torch
+
+from star.tasks.calibrate import simulate
+from star.tasks.registry import get_task
+from star.tta import coefficient_of_variation, EvalPoint, first_reaching
+
+
+def updates_to_targets(history: Sequence[tuple[int, float]], targets: Sequence[float], higher_is_better: bool,
+                       smoothing: int) -> list[int | None]:
+    """Per target, the update at which the smoothed metric first reached it (None: never)."""
+    points = [EvalPoint(float(step), step, metric) for step, metric in history]
+    reached = [first_reaching(points, t, higher_is_better, smoothing) for t in targets]
+    return [None if p is None else p.version for p in reached]
+
+
+def spread_rows(per_seed: dict[int, list[int | None]], targets: Sequence[float]) -> list[dict]:
+    """One row per target: every seed's updates to target, how many reached it, their CV."""
+    rows = []
+    for i, target in enumerate(targets):
+        updates = [per_seed[s][i] for s in sorted(per_seed)]
+        reached = [u for u in updates if u is not None]
+        cv = coefficient_of_variation(reached)
+        rows.append({"target": target, "updates": updates, "reached": f"{len(reached)}/{len(updates)}",
+                     "cv": None if cv is None else round(cv, 4)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default="digits")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--seeds", type=int, default=8, help="seeds 0..N-1")
+    parser.add_argument("--lr", type=float, default=None, help="default: the task's")
+    parser.add_argument("--batch-size", type=int, default=None, help="per worker; default: the task's")
+    parser.add_argument("--max-steps", type=int, default=160)
+    parser.add_argument("--every", type=int, default=2, help="evaluate every this many updates (the evaluator's default)")
+    parser.add_argument("--smoothing", type=int, default=3, help="target on the mean of the last this many evaluations")
+    parser.add_argument("--targets", default=None, help="comma-separated; default: the task's target")
+    parser.add_argument("--fixed-init", action="store_true", help="every seed's model built from seed 0: data order alone varies")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    for name in ("seeds", "max_steps", "every", "smoothing", "workers", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    torch.set_num_threads(args.threads)
+    task = get_task(args.task)
+    targets = [task.default_target] if args.targets is None else [float(t) for t in args.targets.split(",")]
+    never = float("inf") if task.higher_is_better else float("-inf")  # run all max_steps: every target is read afterwards
+    per_seed = {}
+    for seed in range(args.seeds):
+        result = simulate(task, args.workers, args.max_steps, args.every, seed, args.lr, args.batch_size, never,
+                          init_seed=0 if args.fixed_init else None)
+        per_seed[seed] = updates_to_targets(result.history, targets, task.higher_is_better, args.smoothing)
+        print(f"seed {seed}: updates to target {dict(zip(targets, per_seed[seed]))}", file=sys.stderr, flush=True)
+    rows = spread_rows(per_seed, targets)
+    for row in rows:
+        print(f"{task.metric_name} target {row['target']}: updates {row['updates']} reached {row['reached']} CV {row['cv']}")
+    print(json.dumps({"task": task.name, "workers": args.workers, "lr": args.lr or task.default_lr,
+                      "batch_size": args.batch_size or task.default_batch_size, "smoothing": args.smoothing,
+                      "every": args.every, "fixed_init": args.fixed_init, "seeds": args.seeds,
+                      "cv": {str(r["target"]): r["cv"] for r in rows}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

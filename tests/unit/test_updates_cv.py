@@ -1,0 +1,32 @@
+"""benchmarks.updates_cv: updates to target read with the evaluator's own smoothed rule, and its CV."""
+
+import json
+import math
+
+from benchmarks.updates_cv import main, spread_rows, updates_to_targets
+
+
+def test_updates_to_target_waits_for_the_smoothed_metric():
+    history = [(2, 0.5), (4, 0.96), (6, 0.5), (8, 0.96), (10, 0.96), (12, 0.96)]
+    assert updates_to_targets(history, [0.95], True, smoothing=1) == [4]
+    assert updates_to_targets(history, [0.95], True, smoothing=3) == [12]
+
+
+def test_a_loss_target_is_reached_from_above_and_a_missed_target_is_none():
+    history = [(2, 1.0), (4, 0.4), (6, 0.2)]
+    assert updates_to_targets(history, [0.5, 0.1], False, smoothing=1) == [4, None]
+
+
+def test_spread_counts_the_misses_and_takes_the_cv_of_the_seeds_that_reached():
+    rows = spread_rows({0: [10], 1: [12], 2: [None]}, [0.95])
+    assert rows[0]["reached"] == "2/3"
+    assert rows[0]["updates"] == [10, 12, None]
+    assert math.isclose(rows[0]["cv"], round(math.sqrt(2) / 11, 4))
+
+
+def test_the_benchmark_ends_with_one_json_line(capsys):
+    assert main(["--task", "digits", "--workers", "1", "--batch-size", "8", "--max-steps", "6", "--seeds", "2",
+                 "--targets", "0.0", "--fixed-init"]) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["fixed_init"] is True and last["seeds"] == 2
+    assert last["cv"] == {"0.0": 0.0}  # both seeds reach a target of 0 at the third evaluation: update 6
