@@ -16,6 +16,7 @@ Strategies (`--mode`) are named combinations of these policies:
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
@@ -183,7 +184,7 @@ class Controller:
         speedups = self.amp.speedups()
         normalised = {w: s.per_sample_s * speedups.get(w, 1.0) for w, s in active.items()}
         detection = self.detector.decide(normalised)
-        median = sorted(normalised.values())[len(normalised) // 2]
+        median = statistics.median(normalised.values())  # the median the MAD rule judged against (star.detect.slow_now)
         for w in sorted(detection.entered):
             events.append({"kind": "straggler_detected", "worker": w, "per_sample_ms": round(normalised[w] * 1e3, 4),
                            "median_ms": round(median * 1e3, 4), "rule": c.detector.rule})

@@ -384,3 +384,17 @@ def test_kofn_candidates_are_all_k_for_small_n_and_a_few_for_large_n(n, straggle
     from star.policy.candidates import kofn_quorums
 
     assert kofn_quorums(n, stragglers) == expected
+
+
+
+def test_a_detection_event_reports_the_median_the_rule_judged_against():
+    """With an even number of workers the MAD rule's median is the mean of the middle two; the
+    event must show that one, or a detection looks as if it broke the margin rule."""
+    per_sample = {0: 3.9e-3, 1: 4.46e-3, 2: 4.0e-3, 3: 3.9e-3}
+    assert slow_now(per_sample, DetectorConfig()) == {1}
+    controller = Controller(for_strategy(ControlConfig(), "exclude"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    events = controller.decide(0, plan, _summaries(per_sample)).events + controller.decide(1, plan, _summaries(per_sample)).events
+    detected = [e for e in events if e["kind"] == "straggler_detected"]
+    assert [e["worker"] for e in detected] == [1]
+    assert detected[0]["median_ms"] == 3.95  # not the upper middle value, 4.0
