@@ -26,7 +26,7 @@ from typing import Sequence
 import torch
 
 from star.tasks.calibrate import simulate
-from star.tasks.registry import get_task
+from star.tasks.registry import get_task, TaskSpecError
 from star.tta import coefficient_of_variation, EvalPoint, first_reaching
 
 
@@ -68,8 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     torch.set_num_threads(args.threads)
-    task = get_task(args.task)
-    targets = [task.default_target] if args.targets is None else [float(t) for t in args.targets.split(",")]
+    try:
+        task = get_task(args.task)
+    except TaskSpecError as exc:
+        parser.error(f"--task {args.task!r}: {exc}")
+    try:
+        targets = [task.default_target] if args.targets is None else [float(t) for t in args.targets.split(",")]
+    except ValueError:
+        parser.error(f"--targets must be comma-separated numbers, got {args.targets!r}")
     never = float("inf") if task.higher_is_better else float("-inf")  # run all max_steps: every target is read afterwards
     per_seed = {}
     for seed in range(args.seeds):

@@ -3,6 +3,8 @@
 import json
 import math
 
+import pytest
+
 from benchmarks.updates_cv import main, spread_rows, updates_to_targets
 
 
@@ -30,3 +32,12 @@ def test_the_benchmark_ends_with_one_json_line(capsys):
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last["fixed_init"] is True and last["seeds"] == 2
     assert last["cv"] == {"0.0": 0.0}  # both seeds reach a target of 0 at the third evaluation: update 6
+
+
+@pytest.mark.parametrize("argv, named", [(["--task", "nope"], "nope"), (["--targets", "abc"], "abc"), (["--seeds", "0"], "--seeds")])
+def test_bad_input_is_one_line_naming_the_value_with_exit_2(argv, named, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err
