@@ -27,7 +27,10 @@ class DetectorConfig:
 
     rule: str = "mad"  # mad | relative
     k: float = 3.0  # MAD rule: how many robust sigmas above the median
-    margin: float = 0.1  # MAD rule: and at least this fraction above the median
+    margin: float = 0.2  # MAD rule: and at least this fraction above the median. Not 0.1: on a shared
+    # host, co-located processes keep a healthy worker 10-15% off the median for minutes, and a worker that
+    # batch sizing gave a smaller batch pays its fixed per-iteration cost over fewer samples (both seen as
+    # false detections in no-trace runs); batch sizing, not AMP, is the remedy for imbalances that small
     relative_threshold: float = 0.2  # relative rule: (t - t_min) / t_min above this
     enter_n: int = 2  # consecutive slow decisions before a worker counts as a straggler
     exit_n: int = 2  # consecutive normal decisions before it counts as recovered
