@@ -78,10 +78,21 @@ def build_model(seed: int) -> nn.Module:
     return seeded_build(DigitsNet, seed)
 
 
+def standardise(images: np.ndarray, train_rows: np.ndarray) -> np.ndarray:
+    """Zero mean, unit variance with the training split's statistics (one scalar each).
+
+    Without it (pixels in [0, 1], mean 0.3) this normalisation-free convnet trained in bursts:
+    held-out accuracy fell from 0.8 to 0.2 and back within a few updates, and synchronous
+    SGD needed 52-82 updates to 0.95 across 6 seeds (CV 15%); standardised, 36-46 (CV 9%)."""
+    mean, std = images[train_rows].mean(), images[train_rows].std()
+    return ((images - mean) / std).astype(np.float32)
+
+
 def build_task(data_seed: int = 0) -> Task:
     """`data_seed` picks the stratified split; defaults were tuned on seeds 0 and 1."""
     images, labels = load_arrays()
     train, heldout = split_indices(labels, data_seed)
+    images = standardise(images, train)
     return Task(
         name="digits",
         build_model=build_model,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -166,10 +167,23 @@ def test_digits_split_is_disjoint_stratified_and_used():
     held_counts = torch.bincount(torch.from_numpy(labels[heldout]), minlength=10)
     assert held_counts.min() >= 30
     task = get_task("digits")
-    assert torch.equal(task.train.inputs, torch.from_numpy(images[train]))
+    standardised = digits.standardise(images, train)
+    assert torch.equal(task.train.inputs, torch.from_numpy(standardised[train]))
+    assert torch.equal(task.heldout.inputs, torch.from_numpy(standardised[heldout]))
     assert torch.equal(task.heldout.targets, torch.from_numpy(labels[heldout]))
     assert task.train.inputs.shape[1:] == (1, 8, 8)
-    assert 0.0 <= task.train.inputs.min() and task.train.inputs.max() <= 1.0
+
+
+def test_digits_inputs_are_standardised_with_the_training_split_alone():
+    """The held-out images must not leak into the statistics the inputs are scaled by."""
+    images, labels = digits.load_arrays()
+    train, heldout = digits.split_indices(labels, 0)
+    task = get_task("digits")
+    assert abs(float(task.train.inputs.mean())) < 1e-4
+    assert abs(float(task.train.inputs.std()) - 1.0) < 1e-3
+    changed_heldout = images.copy()
+    changed_heldout[heldout] = 1.0
+    assert np.array_equal(digits.standardise(changed_heldout, train)[train], digits.standardise(images, train)[train])
 
 
 def test_charlm_heldout_windows_lie_after_training_text():
