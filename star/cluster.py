@@ -1,13 +1,13 @@
-"""What the coordinator knows about the workers (ClusterView), its PSs' layout and noise scale, and an iteration rate."""
+"""What the coordinator knows about the workers (ClusterView), and its PSs' layout and noise scale."""
 
 from __future__ import annotations
 
 import statistics
 from collections import deque
 
+from star.control_loop import PsInput
 from star.coordinator_checks import ABSURD_S
 from star.policy.noise import noise_scale
-from star.policy.traffic import PsLayout
 from star.policy.controller import WorkerSummary
 from star.rpc import star_pb2 as pb
 from star.rpc.common import host_of
@@ -103,28 +103,13 @@ class ClusterView:
         return sum(h[-1].iteration for h in self.reports.values() if h)
 
 
-class Rate:
-    """Iterations per second between two calls."""
-
-    def __init__(self) -> None:
-        self._last: tuple[float, int] | None = None
-        self.value = 0.0
-
-    def update(self, now_s: float, total: int) -> float:
-        if self._last is not None and now_s > self._last[0]:
-            self.value = max(0.0, (total - self._last[1]) / (now_s - self._last[0]))
-        self._last = (now_s, total)
-        return self.value
-
-
-def ps_layout(addresses: list[str], stats: list, hosts: dict) -> PsLayout | None:
-    """Where the shards are and how their hosts look; None while a PS is down or nothing was sampled."""
-    if not hosts or len(stats) < len(addresses):
-        return None
+def ps_input(addresses: list[str], stats: list) -> PsInput:
+    """The control loop's view of the PSs: noise scale and shard layout (no layout while a PS is down)."""
+    b_noise = shards_noise_scale(stats, len(addresses))
     ranges = {s.ps_index: 4.0 * (s.range_end - s.range_start) for s in stats}
-    if len(ranges) < len(addresses):
-        return None
-    return PsLayout(tuple(host_of(a) for a in addresses), tuple(ranges[i] for i in range(len(addresses))), hosts)
+    if len(stats) < len(addresses) or len(ranges) < len(addresses):
+        return PsInput(b_noise)
+    return PsInput(b_noise, tuple(host_of(a) for a in addresses), tuple(ranges[i] for i in range(len(addresses))))
 
 
 def shards_noise_scale(stats: list, num_ps: int) -> float:

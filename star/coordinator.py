@@ -3,7 +3,7 @@
 It sends the initial plan to every PS, answers each worker's per-iteration report with
 directives, evaluates the PSs' parameters on a fixed period, decides when the job is
 done (target reached or time up), and writes curve.csv, events.jsonl and result.json.
-Decision logic stays in pure functions (`star.tta.reached`,
+Decision logic stays in pure code (`star.control_loop.ControlLoop`, `star.tta.reached`,
 `ClusterView`), so this module is wiring.
 """
 
@@ -23,11 +23,12 @@ import grpc
 
 from star.config import PlanConfig, SecurityConfig
 from star.hosts import HostBook, MoveState, ShardMove
-from star.placement import PlacementConfig, ReplacementPolicy
-from star.policy.controller import ControlConfig, Controller, for_strategy
+from star.placement import PlacementConfig
+from star.policy.controller import ControlConfig, for_strategy
 from star.evaluator import CurveWriter, EvalPoint, Evaluator
 from star.tta import EvalConfig, next_version, reached
-from star.cluster import ClusterView, Rate, ps_layout, shards_noise_scale
+from star.cluster import ClusterView, ps_input
+from star.control_loop import Actions, ControlLoop, HostsInput, Reports
 from star.coordinator_checks import (  # noqa: F401 - ABSURD_S and friends are part of this module's interface
     ABSURD_S,
     MAX_CPU_PERCENT,
@@ -39,7 +40,6 @@ from star.coordinator_checks import (  # noqa: F401 - ABSURD_S and friends are p
 )
 from star.coordinator_restore import restore_control, restore_coordinator, save_state
 from star.coordinator_result import result_dict
-from star.elastic import admit_pending
 from star.events import EventLog
 from star.observe import JobObserver
 from star.logs import log
@@ -266,59 +266,54 @@ class Coordinator:
         self.events.emit("plan", epoch=plan.epoch, mode=plan.label, plan=plan.describe(), reason="initial plan from config")
 
     def run_control(self) -> None:
-        """Every decision period: summarise reports, run the policies, carry out their decisions."""
+        """Every decision period: gather the inputs, step the pure control loop (star.control_loop), carry out its actions."""
         control = for_strategy(self.config.control, self.config.plan.mode)
-        base_batch = self.config.batch_size or self.task.default_batch_size
-        controller = Controller(control, self.config.num_workers, base_batch)
+        loop = ControlLoop(control, self.config.num_workers, self.config.batch_size or self.task.default_batch_size,
+                           self.config.placement)
         self.events.emit("control", strategy=self.config.plan.mode, amp=control.amp, selector=control.selector,
                          batch=control.batch, exclude=control.exclude, detector=control.detector.rule,
                          decision_period_s=control.decision_period_s)
-        service, period = self.service, 0
-        replacement = ReplacementPolicy(self.config.placement)
-        rate = Rate()
-        period = restore_control(self, controller)
+        service = self.service
+        loop.period = restore_control(self, loop.controller)
         while not self.stop.wait(control.decision_period_s):
             if service.state in ("done", "finished"):
+                loop.finish()
                 return
-            save_state(self, period, controller)
-            admit_pending(self, controller)
+            save_state(self, loop.period, loop.controller)
+            with service.lock:
+                newcomers, service.pending_admissions = service.pending_admissions, set()
+                plan = service.plan
+            self._perform(loop.admit(plan, newcomers))
             stats = self._watch_ps()
             now = time.monotonic() - service.started
             with service.lock:
                 amp_state = {w: d.amp for w, d in service.directives.items()}
-                summaries = service.cluster.summaries(now, amp_state)
-                plan = service.plan
+                reports = Reports(service.plan, service.cluster.summaries(now, amp_state), service.cluster.total_iterations())
                 hosts = service.hosts.states(now, self.config.placement)
                 finished = service.hosts.finished(now)
-                iterations_per_s = rate.update(now, service.cluster.total_iterations())
             for move in finished:
                 self._finish_move(move)
-            layout = ps_layout(self.ps.addresses, stats, hosts)
-            if layout is not None and len(hosts) > 1 and service.hosts.in_flight() is None:
-                traffic = [size * iterations_per_s for size in layout.shard_bytes]
-                move = replacement.decide(now, layout.shard_hosts, hosts, traffic, controller.traffic.pressured)
-                if move is not None:
-                    with service.lock:
-                        service.start_move(move.shard, move.target, move.reason)
-            if not summaries or plan is None:
-                continue
-            try:
-                decision = controller.decide(period, plan, summaries, shards_noise_scale(stats, len(self.config.ps_addresses)), layout)
-            except Exception as exc:  # noqa: BLE001 - a policy bug must not silently end all control
-                logger.exception("control decision failed")
-                self.events.emit("control_error", error=repr(exc), reason="decision skipped; control goes on")
-                continue
-            period += 1
-            for event in decision.events:
-                event = dict(event)
-                self.events.emit(event.pop("kind"), **event)
+            in_flight = service.hosts.in_flight() is not None
+            self._perform(loop.step(now, reports, ps_input(self.ps.addresses, stats), HostsInput(hosts, in_flight)))
+
+    def _perform(self, actions: Actions) -> None:
+        """Carry out what the control loop decided: a shard move, events, directives, a plan switch."""
+        service = self.service
+        if actions.move is not None:
             with service.lock:
-                for worker, amp in decision.amp.items():
+                service.start_move(actions.move.shard, actions.move.target_host, actions.move.reason)
+        if actions.error is not None:
+            logger.error("control decision failed", exc_info=actions.error)
+        for event in actions.events:
+            self.events.emit(event.kind, **event.fields)
+        if actions.directives:
+            with service.lock:
+                for worker, amp in actions.directives.amp.items():
                     service.directives.setdefault(worker, pb.Directives()).amp = amp
-                for worker, size in decision.batch_sizes.items():
+                for worker, size in actions.directives.batch_sizes.items():
                     service.directives.setdefault(worker, pb.Directives()).batch_size = size
-            if decision.plan is not None:
-                self._switch_plan(decision.plan)
+        if actions.switch is not None:
+            self._switch_plan(actions.switch.plan)
 
     def _finish_move(self, move: ShardMove) -> None:
         """A move ended: use the shard's new address (or log why it stays)."""

@@ -5,7 +5,8 @@ worker the plan has never had (started by hand, or by a new host) is queued at i
 admitted at the next decision period: it joins the smallest group of the plan in force (a
 fully synchronous group stays fully synchronous), the controller takes it as a member (its
 batch size starts at the even share; the batch policy, when on, recomputes everyone's), and
-every PS gets the new plan. Losing a worker for good is the controller's `worker_lost` (it
+every PS gets the new plan (`star.control_loop.ControlLoop.admit` decides it, the
+coordinator sends it). Losing a worker for good is the controller's `worker_lost` (it
 leaves the plan, its blocked peers are released). Both show in events.jsonl.
 """
 
@@ -38,24 +39,3 @@ def admission_plan(current: SyncPlan, newcomers: set[int], lost: set[int]) -> Sy
     for worker in sorted(newcomers - lost):
         plan = with_worker(plan, worker)
     return None if plan is current else with_epoch(plan, current.epoch + 1)
-
-
-def admit_pending(coordinator, controller) -> None:
-    """Control-loop hook: admit the workers queued since the last period (`coordinator`: a star.coordinator.Coordinator)."""
-    service = coordinator.service
-    with service.lock:
-        newcomers, service.pending_admissions = service.pending_admissions, set()
-        current = service.plan
-    if not newcomers or current is None:
-        return
-    plan = admission_plan(current, newcomers, set(controller.lost))
-    if plan is None:
-        return
-    for worker in sorted(newcomers):
-        controller.batch_sizes.setdefault(worker, controller.base_batch)
-        if controller.base_plan is not None:  # a later rejoin goes back to a plan that has the newcomer
-            controller.base_plan = with_worker(controller.base_plan, worker)
-    controller.num_workers = max(controller.num_workers, max(newcomers) + 1)
-    coordinator.events.emit("worker_admitted", workers=sorted(newcomers), epoch=plan.epoch, plan=plan.describe(),
-                            reason="joined mid-run")
-    coordinator._switch_plan(plan)

@@ -14,10 +14,10 @@ These are the rules of `star.aggregate.Aggregator` (tests check both agree on sm
 cases). Every update is logged with its gradients' pull times; at the end of a period
 the log is sorted and each gradient's staleness = updates applied between its pull and
 its apply, which the convergence model turns into progress. Then the coordinator's
-step runs: reports -> WorkerSummary -> `Controller.decide` -> AMP / batch directives
-(they apply from each worker's next iteration) and plan switches (open rounds are
-applied, gradients in flight are refused and their workers pull again, as a real PS
-and worker do).
+control loop steps (`star.control_loop.ControlLoop.step`, as in the daemon): reports ->
+WorkerSummary -> `Controller.decide` -> AMP / batch directives (they apply from each
+worker's next iteration) and plan switches (open rounds are applied, gradients in
+flight are refused and their workers pull again, as a real PS and worker do).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from star.plan import LatePolicy, SyncPlan
-from star.policy.controller import Controller, for_strategy
+from star.control_loop import ControlLoop, PsInput, Reports
+from star.policy.controller import for_strategy
 from star.sim.config import SimConfig
 from star.sim.convergence import ConvergenceModel
 from star.sim.cost import CostModel
@@ -115,7 +116,9 @@ class Simulation:
         self.cost = CostModel(c.cost, FactorTable(trace, n, c.trace_workers, c.trace_stretch), self.rng, n)
         self.conv = ConvergenceModel(c.convergence, n, c.cost.base_batch)
         self.control = for_strategy(c.control, c.plan.mode)
-        self.controller = Controller(self.control, n, c.cost.base_batch)
+        self.loop = ControlLoop(self.control, n, c.cost.base_batch)
+        self.controller = self.loop.controller
+        self.ps = PsInput(b_noise=c.convergence.b_noise)  # no PS layout: the simulator has no hosts
         self.book = ReportBook(n)
         self.fixed_s = self.cost.fixed_s()
         self.ps_s = c.cost.ps_update_s
@@ -356,25 +359,28 @@ class Simulation:
             self.progress = float(cum[-1])
 
     # ---- the coordinator's step -------------------------------------------------
-    def _decide(self, period: int, now: float, log: _UpdateLog) -> None:
+    def _decide(self, now: float, log: _UpdateLog) -> None:
+        """The coordinator's control loop (star.control_loop, as the daemon runs it); its actions applied here.
+        The loop numbers the periods it decided in, not the simulator's (result "decisions"): they differ
+        by the periods before the first report, and the policies only use differences of period numbers."""
         tick = time.perf_counter()
-        summaries = self.book.summaries(now, self.amp)
-        if not summaries:
-            return
-        decision = self.controller.decide(period, self.plan, summaries, self.config.convergence.b_noise)
+        actions = self.loop.step(now, Reports(self.plan, self.book.summaries(now, self.amp)), self.ps)
         self.controller_s += time.perf_counter() - tick
-        for event in decision.events:
-            self.counts[event["kind"]] = self.counts.get(event["kind"], 0) + 1
-            self.events.append({"t": round(now, 4), **event})
-        for worker, on in decision.amp.items():
+        if actions.error is not None:
+            raise actions.error
+        for event in actions.events:
+            self.counts[event.kind] = self.counts.get(event.kind, 0) + 1
+            self.events.append({"t": round(now, 4), "kind": event.kind, **event.fields})
+        for worker, on in actions.directives.amp.items():
             self.amp[worker] = on
-        for worker, size in decision.batch_sizes.items():
+        for worker, size in actions.directives.batch_sizes.items():
             self.batch[worker] = size
-        if decision.plan is not None:
-            self._switch(decision.plan, now, log)
+        if actions.switch is not None:
+            plan = actions.switch.plan
+            self._switch(plan, now, log)
             self.counts["plan"] = self.counts.get("plan", 0) + 1
-            self.events.append({"t": round(now, 4), "kind": "plan", "epoch": decision.plan.epoch,
-                                "mode": decision.plan.label, "plan": decision.plan.describe()})
+            self.events.append({"t": round(now, 4), "kind": "plan", "epoch": plan.epoch, "mode": plan.label,
+                                "plan": plan.describe()})
 
     def run(self) -> SimResult:
         c = self.config
@@ -402,7 +408,7 @@ class Simulation:
                 reason = "max_time"
                 break
             log = _UpdateLog()  # a plan switch's flushed rounds belong to the next period
-            self._decide(period, now, log)
+            self._decide(now, log)
             period += 1
         self.decisions = period
         return self._result(reason, time.perf_counter() - wall, now)
