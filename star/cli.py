@@ -97,7 +97,7 @@ def _run_node(args: argparse.Namespace) -> int:
 
 
 def _ps_parser(sub) -> None:
-    from ps_server.server import PSConfig
+    from star.ps_server.config import PSConfig
 
     p = sub.add_parser("ps", allow_abbrev=False, help="run one parameter-server daemon")
     p.add_argument("--ready-file", help="write {port, pid} here once serving")
@@ -106,7 +106,8 @@ def _ps_parser(sub) -> None:
 
 
 def _run_ps(args: argparse.Namespace) -> int:
-    from ps_server.daemon import PSConfig, serve
+    from star.ps_server.config import PSConfig
+    from star.ps_server.daemon import serve
     from star.logs import setup_logging
 
     config = config_from_args(PSConfig, args)
@@ -118,7 +119,7 @@ def _run_ps(args: argparse.Namespace) -> int:
 
 
 def _worker_parser(sub) -> None:
-    from worker.worker import WorkerConfig
+    from star.worker.worker import WorkerConfig
 
     p = sub.add_parser("worker", allow_abbrev=False, help="run one worker daemon")
     add_config_args(p, WorkerConfig)
@@ -127,7 +128,7 @@ def _worker_parser(sub) -> None:
 
 def _run_worker(args: argparse.Namespace) -> int:
     from star.logs import setup_logging
-    from worker.worker import WorkerConfig, run_worker
+    from star.worker.worker import WorkerConfig, run_worker
 
     from star.cli_checks import check_task, check_trace
 

@@ -25,19 +25,11 @@ from star.config import PlanConfig, SecurityConfig
 from star.hosts import HostBook, MoveState, ShardMove
 from star.placement import PlacementConfig
 from star.policy.controller import ControlConfig, for_strategy
-from star.evaluator import CurveWriter, EvalPoint, Evaluator
-from star.tta import EvalConfig, next_version, reached
+from star.evaluator import CurveWriter, Evaluator
+from star.tta import EvalConfig, EvalPoint, next_version, reached
 from star.cluster import ClusterView, ps_input
 from star.control_loop import Actions, ControlLoop, HostsInput, Reports
-from star.coordinator_checks import (  # noqa: F401 - ABSURD_S and friends are part of this module's interface
-    ABSURD_S,
-    MAX_CPU_PERCENT,
-    MAX_SLOWDOWN,
-    directives_problem,
-    join_problem,
-    report_problem,
-    resources_problem,
-)
+from star.coordinator_checks import ABSURD_S, directives_problem, join_problem, report_problem, resources_problem
 from star.coordinator_restore import restore_control, restore_coordinator, save_state
 from star.coordinator_result import result_dict
 from star.events import EventLog

@@ -23,7 +23,7 @@ from star.coordinator_state import (
     restore_plain_state,
     write_state,
 )
-from star.evaluator import time_to_target
+from star.tta import time_to_target
 from star.events import read_events
 from star.logs import log
 from star.rpc import star_pb2 as pb

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from star.evaluator import EvalPoint
+from star.tta import EvalPoint
 from star.shm import transport_in_use
 
 

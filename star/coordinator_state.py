@@ -25,7 +25,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from star.evaluator import EvalPoint
+from star.tta import EvalPoint
 from star.plan import SyncPlan
 from star.rpc.common import plan_from_proto
 

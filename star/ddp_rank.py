@@ -33,7 +33,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from star.config import JobConfig, from_dict, load_toml
 from star.ddp_rules import DDP_MODE
-from star.evaluator import CurveWriter, EvalPoint, time_to_target
+from star.evaluator import CurveWriter
+from star.tta import EvalPoint, time_to_target
 from star.events import EventLog
 from star.optim import build_optimizer
 from star.processes import die_with_parent

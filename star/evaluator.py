@@ -17,7 +17,7 @@ from star.flat import FlatModel
 from star.rpc.ps_client import PSClient
 from star.rpc.security import Credentials
 from star.tasks import Task
-from star.tta import EvalPoint, time_to_target  # noqa: F401  (time_to_target: re-exported)
+from star.tta import EvalPoint
 
 
 class Evaluator:

@@ -94,7 +94,7 @@ def sample_to_proto(sample: HostSample, node_rank: int = 0, ps: dict[int, str] |
 
 
 def sample_from_proto(message: pb.HostResources) -> HostSample:
-    """Inverse of sample_to_proto (validate first: see star.coordinator.resources_problem)."""
+    """Inverse of sample_to_proto (validate first: see star.coordinator_checks.resources_problem)."""
     return HostSample(
         host=message.host, time_s=message.time_s, interval_s=message.interval_s, cpu_count=max(1, message.cpu_count),
         cpu_percent=message.cpu_percent, job_cpu_percent=message.job_cpu_percent, memory_percent=message.memory_percent,

@@ -41,8 +41,8 @@ from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ps_server.server import PSConfig
-from star.coordinator import ABSURD_S, MAX_CPU_PERCENT, MAX_SLOWDOWN
+from star.ps_server.config import PSConfig
+from star.coordinator_checks import ABSURD_S, MAX_CPU_PERCENT, MAX_SLOWDOWN
 from star.flat import MAX_CHUNK_BYTES, WIRE_ELEMENT_BYTES
 from star.plan import LatePolicy, SyncPlan, asgd
 from star.processes import ProcessGroup, _wait_ready

@@ -17,7 +17,7 @@ from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS
 from star.rpc.ps_client import PSClient
 from star.rpc.security import Credentials
-from worker.relay import RelayClient, RelayServer, sum_into
+from star.worker.relay import RelayClient, RelayServer, sum_into
 
 pytestmark = pytest.mark.integration
 

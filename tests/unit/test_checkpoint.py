@@ -161,6 +161,6 @@ def test_restored_aggregator_makes_workers_pull_before_pushing():
     ],
 )
 def test_checkpoint_schedule(every_updates, every_s, version, last_version, elapsed_s, due):
-    from ps_server.checkpointing import CheckpointSchedule
+    from star.ps_server.checkpointing import CheckpointSchedule
 
     assert CheckpointSchedule(every_updates, every_s).due(version, last_version, 100.0 + elapsed_s, 100.0) is due

@@ -9,14 +9,14 @@ import types
 import pytest
 
 import star.launch
-from ps_server.config import PSConfig
+from star.ps_server.config import PSConfig
 from star.cli import build_parser, main
 from star.cli_args import config_fields, option_for
 from star.cli_names import JOB_COMMON, SIM_COMMON, short_names
 from star.config import JobConfig, OptimizerConfig, from_dict
 from star.coordinator import CoordinatorConfig
 from star.sim.config import SimConfig
-from worker.worker import WorkerConfig
+from star.worker.worker import WorkerConfig
 
 CONFIG_COMMANDS = {"launch": (JobConfig, JOB_COMMON), "node": (JobConfig, JOB_COMMON), "sim": (SimConfig, SIM_COMMON),
                    "ps": (PSConfig, ()), "worker": (WorkerConfig, ()), "coordinator": (CoordinatorConfig, ())}

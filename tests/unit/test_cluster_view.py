@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from star.coordinator import ClusterView
+from star.cluster import ClusterView
 from star.rpc import star_pb2 as pb
 
 

@@ -10,7 +10,7 @@ from star.cli import main
 from star.cli_args import add_config_args, config_from_args
 from star.cli_names import JOB_COMMON
 from star.config import ConfigError, JobConfig, from_dict, load_toml, to_toml
-from star.evaluator import EvalPoint, time_to_target
+from star.tta import EvalPoint, time_to_target
 
 
 @pytest.mark.parametrize(

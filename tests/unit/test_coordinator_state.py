@@ -21,7 +21,8 @@ from star.coordinator_state import (
     restore_plain_state,
     write_state,
 )
-from star.evaluator import CurveWriter, EvalPoint
+from star.evaluator import CurveWriter
+from star.tta import EvalPoint
 from star.events import EventLog, read_events
 from star.plan import kofn, ssgd
 from star.policy.amp import AmpState, _WorkerAmp

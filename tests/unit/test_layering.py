@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("star", "ps_server", "worker", "benchmarks")
+PACKAGES = ("star", "benchmarks")
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:

@@ -167,7 +167,8 @@ def test_factor_table_matches_the_trace_replay_rules():
 
 def test_report_book_summarises_what_the_coordinators_cluster_view_does():
     """Same reports in, same WorkerSummary out: window 4 under the current AMP setting, within the last 20."""
-    from star.coordinator import ClusterView, CoordinatorConfig
+    from star.cluster import ClusterView
+    from star.coordinator import CoordinatorConfig
     from star.rpc import star_pb2 as pb
     from star.sim.reports import KEEP, ReportBook
 

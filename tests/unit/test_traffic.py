@@ -9,7 +9,7 @@ from star.placement import HostState
 from star.plan import asgd, ssgd
 from star.policy.controller import ControlConfig, Controller, WorkerSummary, for_strategy
 from star.policy.traffic import PsLayout, TrafficConfig, TrafficGuard, predicted_util
-from worker.pacing import PushPacer
+from star.worker.pacing import PushPacer
 
 MB = 1e6
 

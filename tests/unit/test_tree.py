@@ -30,7 +30,7 @@ from star.policy.controller import ControlConfig, Controller, WorkerSummary, for
 from star.policy.noise import NoiseAccumulator
 from star.policy.traffic import PsLayout, TrafficConfig, TrafficGuard
 from star.rpc.common import plan_from_proto, plan_to_proto
-from worker.relay import Contribution, RelayInbox, sum_into
+from star.worker.relay import Contribution, RelayInbox, sum_into
 
 MB = 1e6
 

@@ -15,7 +15,7 @@ import logging
 import grpc
 import torch
 
-from ps_server.config import Rejected
+from star.ps_server.config import Rejected
 from star.flat import BF16_WIRE, MAX_CHUNK_BYTES, ChunkAssembler, FlatError, wire_dtype
 from star.logs import log
 from star.rpc import star_pb2 as pb

@@ -24,10 +24,10 @@ from star.rpc.security import Credentials
 from star.tasks import get_task
 from star.tasks.dataset import batch_stream
 from star.traces import WorkerSlowdown, load_worker_slowdown, slowdown_sleep_s
-from worker.amp import AmpSwitch
-from worker.pacing import PushPacer
-from worker.relay import RelayClient, RelayServer, sum_into
-from worker.reporting import CoordinatorLink, IterationTimes
+from star.worker.amp import AmpSwitch
+from star.worker.pacing import PushPacer
+from star.worker.relay import RelayClient, RelayServer, sum_into
+from star.worker.reporting import CoordinatorLink, IterationTimes
 
 logger = logging.getLogger("worker")
 

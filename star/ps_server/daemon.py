@@ -10,11 +10,11 @@ from pathlib import Path
 import grpc
 import torch
 
-from ps_server.checkpointing import restore_shard
-from ps_server.config import PSConfig
-from ps_server.handover import take_over
-from ps_server.metrics import start_ps_metrics
-from ps_server.server import ParameterServer
+from star.ps_server.checkpointing import restore_shard
+from star.ps_server.config import PSConfig
+from star.ps_server.handover import take_over
+from star.ps_server.metrics import start_ps_metrics
+from star.ps_server.server import ParameterServer
 from star.logs import log
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS, address, tune_malloc, write_ready_file

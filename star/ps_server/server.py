@@ -16,12 +16,12 @@ import time
 import grpc
 import torch
 
-from ps_server.checkpointing import CheckpointSchedule, ShardCheckpointer
-from ps_server.config import PSConfig, Rejected, check_relay_address
-from ps_server.handover import HandOver
-from ps_server.restoring import Restoring
-from ps_server.shard import ShardState, Snapshot, all_finite
-from ps_server.transport import ChunkPayload, Mailboxes, checked_dtype
+from star.ps_server.checkpointing import CheckpointSchedule, ShardCheckpointer
+from star.ps_server.config import PSConfig, Rejected, check_relay_address
+from star.ps_server.handover import HandOver
+from star.ps_server.restoring import Restoring
+from star.ps_server.shard import ShardState, Snapshot, all_finite
+from star.ps_server.transport import ChunkPayload, Mailboxes, checked_dtype
 from star.aggregate import Aggregator, Effects, PushRejected, RejectCode
 from star.flat import WIRE_DTYPE, FlatError, shard_ranges
 from star.logs import log
@@ -31,8 +31,6 @@ from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import MAX_BATCH_SIZE, MAX_EPOCH, MAX_LABEL_CHARS, MOVED_TO_KEY, plan_from_proto, plan_to_proto
 from star.waits import WaitLedger
-
-__all__ = ["PSConfig", "ParameterServer"]  # PSConfig lives in ps_server.config; imported from here too (`serve`: ps_server.daemon)
 
 logger = logging.getLogger("ps")
 

@@ -1,6 +1,6 @@
 """A PS's shard as a checkpoint and back: capture, restore (after a crash or a live move), the final save.
 
-`Restoring` is mixed into `ps_server.server.ParameterServer` and uses its config, shard and aggregator.
+`Restoring` is mixed into `star.ps_server.server.ParameterServer` and uses its config, shard and aggregator.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ps_server.checkpointing import capture_shard
-from ps_server.shard import ShardState
+from star.ps_server.checkpointing import capture_shard
+from star.ps_server.shard import ShardState
 from star.aggregate import Aggregator
 from star.checkpoint import ShardCheckpoint
 from star.config import ConfigError

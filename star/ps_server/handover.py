@@ -1,6 +1,6 @@
 """Handing a PS's shard to a successor without losing an update (MigrateOut) and taking one over.
 
-`HandOver` is mixed into `ps_server.server.ParameterServer`: it uses that class's aggregator,
+`HandOver` is mixed into `star.ps_server.server.ParameterServer`: it uses that class's aggregator,
 shard, waiters and `_carry_out`, and owns the draining/moved state transitions.
 """
 
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from ps_server.checkpointing import capture_shard
-from ps_server.config import PSConfig, Rejected
+from star.ps_server.checkpointing import capture_shard
+from star.ps_server.config import PSConfig, Rejected
 from star.checkpoint import shard_from_bytes, shard_to_bytes
 from star.flat import SEND_CHUNK_BYTES
 from star.logs import log
@@ -24,7 +24,7 @@ from star.rpc.common import MAX_LABEL_CHARS
 from star.rpc.security import Credentials
 
 if TYPE_CHECKING:
-    from ps_server.server import ParameterServer
+    from star.ps_server.server import ParameterServer
 
 logger = logging.getLogger("ps")
 
@@ -100,7 +100,7 @@ class HandOver:
 async def take_over(servicer: ParameterServer, config: PSConfig, credentials: Credentials, own_address: str) -> None:
     """Receive the shard from the PS at `config.migrate_from` (it drains, then streams its state),
     and serve it from here; callers that arrive meanwhile wait (see ParameterServer._gate)."""
-    from ps_server.migration import fetch_moving_shard
+    from star.ps_server.migration import fetch_moving_shard
 
     log(logger, logging.INFO, "taking the shard over", source=config.migrate_from, here=own_address)
     started = time.monotonic()
