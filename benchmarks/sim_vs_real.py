@@ -26,7 +26,7 @@ from pathlib import Path
 from importlib import resources
 from typing import Any
 
-from benchmarks.bench import (CLEAN, REAL_RUN_NAMES, BenchConfig, TraceSpec, compare_with_real, read_real_summary, run_sim,
+from star.bench import (CLEAN, REAL_RUN_NAMES, BenchConfig, TraceSpec, compare_with_real, read_real_summary, run_sim,
                               sim_vs_real_table, summary_rows)
 from star.tta import median_or_none
 from star.config import load_toml

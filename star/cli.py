@@ -240,7 +240,7 @@ def _run_train_selector(args: argparse.Namespace) -> int:
 
 
 def _bench_parser(sub) -> None:
-    from benchmarks.bench import add_arguments
+    from star.bench import add_arguments
 
     p = sub.add_parser("bench", allow_abbrev=False, help="every strategy on every trace (simulated or real): TTA table, mitigation, plots")
     add_arguments(p)
@@ -248,7 +248,7 @@ def _bench_parser(sub) -> None:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from benchmarks.bench import run_from_args
+    from star.bench import run_from_args
 
     return run_from_args(args)
 

@@ -1,7 +1,7 @@
 """Simulator vs real runs: does the simulator rank strategies as reality does, and how far off are its TTAs?
 
 Pure functions over per-(trace, strategy) comparison rows {trace, strategy, real_tta_s, sim_tta_s,
-error, error_vs_clean} (benchmarks.bench.compare_with_real makes them):
+error, error_vs_clean} (star.bench.compare_with_real makes them):
 
 - `kendall_tau`: Kendall's tau-b of two score lists (ties in either list handled; a run that missed
   the target counts as +inf, so two misses tie);
@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-CLEAN = "ssgd-clean"  # benchmarks.bench.CLEAN: the reference run, not ranked
+CLEAN = "ssgd-clean"  # star.bench.CLEAN: the reference run, not ranked
 TAU_GOAL = 0.7
 ERROR_GOAL = 0.15
 

@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from benchmarks import bench
+from star import bench
 from star.cli import main
 from star.traces import Trace, write_simple_csv
 
