@@ -19,6 +19,7 @@ from typing import Sequence
 
 RPC_TIMEOUT_S = 120.0
 MODULE = [sys.executable, "-m", "benchmarks.datapath"]
+CHECKOUT = Path(__file__).resolve().parents[1]  # benchmarks/ is not installed: the children find it here
 
 
 class Driver:
@@ -26,7 +27,8 @@ class Driver:
 
     def __init__(self, name: str, argv: Sequence[str], prefix: Sequence[str], log: Path):
         self.name = name
-        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+        path = os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH", "")) if p)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=path)
         self.log = open(log, "w")
         self.process = subprocess.Popen([*prefix, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                         text=True, env=env, start_new_session=True)

@@ -1,14 +1,23 @@
-"""The project's modules import each other without cycles, imports inside functions included."""
+"""The project's modules import each other without cycles, imports inside functions included; the
+installed distribution is the one top-level package `star`, which needs nothing from the checkout-only
+`benchmarks/` scripts and re-exports no other module's names."""
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import os
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+from setuptools import find_namespace_packages, find_packages
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("star", "benchmarks")
+NOT_INSTALLED = ("benchmarks", "worker", "ps_server")  # checkout-only, or the old top-level homes of star.worker / star.ps_server
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:
@@ -143,3 +152,87 @@ def test_imports_only_for_type_checking_do_not_count(tmp_path):
     (tmp_path / "star" / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from star.b import g\n")
     (tmp_path / "star" / "b.py").write_text("from star import a\n")
     assert cycles(import_graph(module_files(tmp_path))) == []
+
+
+# ---- what gets installed ------------------------------------------------------------------------
+def distribution_packages(root: Path = ROOT) -> list[str]:
+    """The packages a build of this checkout installs, found as setuptools finds them from pyproject.toml."""
+    find = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    finder = find_namespace_packages if find.get("namespaces", True) else find_packages  # pyproject's default: namespaces
+    return [package for where in find.get("where", ["."])
+            for package in finder(where=str(root / where), include=find.get("include", ("*",)), exclude=find.get("exclude", ()))]
+
+
+def test_the_distribution_installs_one_top_level_package_star():
+    packages = distribution_packages()
+    assert {p.split(".")[0] for p in packages} == {"star"}, sorted(packages)
+    assert {"star", "star.worker", "star.ps_server", "star.rpc", "star.sim"} <= set(packages)
+
+
+def test_distribution_packages_reads_the_find_settings(tmp_path):
+    """The check above would catch the old settings, which installed top-level worker, ps_server and benchmarks."""
+    for name in ("star", "worker", "benchmarks"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text('[tool.setuptools.packages.find]\ninclude = ["star*", "worker*", "benchmarks*"]\n')
+    assert sorted(distribution_packages(tmp_path)) == ["benchmarks", "star", "worker"]
+
+
+def test_the_installed_distribution_is_star_alone_with_its_console_script():
+    try:
+        dist = importlib.metadata.distribution("star-ps")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("star-ps is not installed (scripts/setup.sh installs it)")
+    assert (dist.read_text("top_level.txt") or "").split() == ["star"], "stale install? re-run scripts/setup.sh"
+    assert [(e.name, e.value) for e in dist.entry_points if e.group == "console_scripts"] == [("star", "star.cli:main")]
+
+
+def test_no_star_module_imports_benchmarks_or_an_old_top_level_package():
+    found = []
+    for name, path in module_files().items():
+        if name.split(".")[0] != "star":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):  # TYPE_CHECKING blocks included
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module]
+            found += [f"{name}:{node.lineno} imports {t}" for t in targets if t.split(".")[0] in NOT_INSTALLED]
+    assert not found, found
+
+
+def test_no_star_module_re_exports_names():
+    """Callers import a name from the module that owns it: no import kept only for others to import from here."""
+    found = [f"{name}:{i}" for name, path in module_files().items() if name.split(".")[0] == "star"
+             for i, line in enumerate(path.read_text().splitlines(), 1) if "noqa: F401" in line]
+    assert not found, found
+
+
+BLOCKED_IMPORT = f"""
+import importlib, importlib.abc, sys
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {NOT_INSTALLED!r}:
+            raise ModuleNotFoundError(f"blocked: {{name}}")
+
+sys.meta_path.insert(0, Blocked())
+import star.cli
+star.cli.build_parser()  # every subcommand's parser, star bench's included
+for module in ("star.bench", "star.worker.worker", "star.ps_server.daemon", "star.coordinator"):
+    importlib.import_module(module)
+try:
+    star.cli.main(["bench", "--help"])
+except SystemExit as exc:
+    assert exc.code == 0, exc.code
+print("OK")
+"""
+
+
+def test_star_cli_and_star_bench_work_outside_a_checkout_without_benchmarks(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", BLOCKED_IMPORT], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stderr[-3000:]
+    assert "usage: star bench" in done.stdout
