@@ -113,6 +113,10 @@ def train(config: JobConfig, device: torch.device, amp: bool) -> None:
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
     try:
         _train(config, rank, world, device, amp)
+        # Tear down together: rank 0 still evaluates and writes result.json after the last step, and a
+        # gloo rank whose peer is torn down under it was seen to abort ("terminate called without an
+        # active exception", exit -6) on a run that reached its target within a few steps.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
