@@ -197,6 +197,7 @@ class Controller:
         held = {w for w in current.workers if w not in self.lost and w not in active} if c.batch else set()
         per_sample = {w: s.per_sample_s for w, s in active.items()} if c.batch else {}  # per sample from now on
         amp: dict[int, bool] = {}
+        just_on: set[int] = set()  # AMP switched on at this decision
         if c.amp:
             on_before = {w: self.amp.enabled(w) for w in self.amp.workers}  # the others were never on
             if c.batch:
@@ -209,16 +210,20 @@ class Controller:
                 self.speeds.forget(d.worker)  # a known change of speed: the next measurement is taken as is
                 events.append({"kind": "amp", "worker": d.worker, "amp": d.amp, "reason": d.reason})
                 if c.batch and d.amp and not on_before.get(d.worker, False):
-                    held.add(d.worker)  # just switched on: its speed is unknown until verified
+                    just_on.add(d.worker)  # sized now at its speed without AMP, then held until verified
                 elif c.batch and not d.amp:
                     per_sample[d.worker] *= speedups.get(d.worker, d.speedup)  # off again: back to its speed without AMP
 
+        # A straggler that AMP was just switched on for is resized now, at its measured speed without AMP
+        # (AMP can only make it faster), not after the verification: batch sizing alone acts at detection,
+        # and auto must not lag it by the verification's reports. Its size is then held until verified.
         batch: dict[int, int] = {}
         if c.batch and len(active) - len(held & set(active)) >= 2:
             batch = self._batch_sizes({w: s for w, s in active.items() if w not in held}, per_sample,
                                       {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events)
 
-        plan = self._plan(period, current, active, detection.stragglers, b_noise, events)
+        verifying = frozenset(w for w, state in self.amp.workers.items() if state.state is AmpState.VERIFYING)
+        plan = self._plan(period, current, active, detection.stragglers, b_noise, events, verifying)
         if plan is not None:  # a new mode keeps how gradients travel: pacing and trees are the traffic guard's
             plan = with_tree(with_pace(plan, current.push_pace_bytes_per_s), current.tree_fanout)
         if layout is not None and layout.hosts:
@@ -346,7 +351,7 @@ class Controller:
                            speedup)
 
     def _plan(self, period: int, current: SyncPlan, active: Mapping[int, WorkerSummary], stragglers: frozenset[int],
-              b_noise: float, events: list[dict[str, Any]]) -> SyncPlan | None:
+              b_noise: float, events: list[dict[str, Any]], verifying: frozenset[int] = frozenset()) -> SyncPlan | None:
         workers = tuple(w for w in range(self.num_workers) if w not in self.lost)
         if self.config.exclude:
             target = exclude(workers, sorted(stragglers & set(workers))) if stragglers else ssgd(workers)
@@ -356,6 +361,10 @@ class Controller:
                            "reason": "exclude detected stragglers" if stragglers else "every straggler recovered: readmit"})
             return target
         if self.config.selector:
+            if verifying & set(workers):
+                return None  # a worker's speed is about to change (AMP being verified): plans compared now would be stale
+            if not stragglers and self.base_plan is not None and same_shape(current, self.base_plan):
+                return None  # the base plan is left only for a detected straggler, not for one period's slow reports
             iter_time_s = {w: s.comm_s + s.per_sample_s * self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}
             args = (period, without_workers(current, frozenset(self.lost)), iter_time_s,
                     {w: self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}, stragglers, b_noise)

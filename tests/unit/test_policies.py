@@ -295,16 +295,50 @@ def test_a_worker_re_measuring_after_an_amp_switch_does_not_stall_decisions_for_
     assert 5 in decision.stragglers  # its standing is kept, not forgotten
 
 
-def test_batch_sizes_keep_the_global_batch_and_hold_a_worker_whose_amp_just_switched_on():
+def test_a_straggler_getting_amp_is_resized_at_detection_then_held_until_amp_is_verified():
+    """auto must not lag batch sizing alone by AMP's verification: the straggler's batch is cut at its
+    speed without AMP when AMP goes on, and left alone while AMP's effect is being measured."""
     controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 3, 32)
     plan = ssgd(range(3), epoch=1)
-    # worker 2 carries enough of the capacity (3 workers) that a 2x AMP speed-up would beat batch sizes alone by > 10%
+    even = _summaries({0: 1e-3, 1: 1e-3, 2: 1e-3})
+    assert not any(controller.decide(p, plan, even).batch_sizes for p in range(3))  # even speeds: nothing to size
+    # worker 2 turns slow; it carries enough of the capacity (3 workers) that a 2x AMP speed-up would beat
+    # batch sizes alone by > 10%, so AMP is tried on it
     slow2 = _summaries({0: 1e-3, 1: 1e-3, 2: 3e-3})
-    decisions = [controller.decide(p, plan, slow2) for p in range(2)]
+    decisions = [controller.decide(p, plan, slow2) for p in range(3, 5)]
     assert decisions[1].amp == {2: True}
-    sizes = decisions[0].batch_sizes or decisions[1].batch_sizes
-    assert sizes and 2 not in decisions[1].batch_sizes  # held while AMP's effect is unknown
+    assert decisions[1].batch_sizes.get(2, 32) < 32  # sized for 3 ms/sample by the detection decision itself
+    verifying = {**slow2, 2: WorkerSummary(2.5e-3, 0.002, controller.batch_sizes[2], 2, 2)}  # 2 of 3 reports under AMP
+    later = controller.decide(5, plan, verifying)
+    assert 2 not in later.batch_sizes and later.amp == {}  # held while AMP's effect is unknown
     assert sum(controller.batch_sizes.values()) == 3 * 32  # the update stays a global-batch step
+
+
+def test_the_selector_leaves_the_base_plan_only_for_a_detected_straggler():
+    """One period of slow reports (before the detector's hysteresis confirms them) moves no plan."""
+    controller = Controller(for_strategy(ControlConfig(amp=False, batch=False), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    slow3 = _summaries({0: 1e-3, 1: 1e-3, 2: 1e-3, 3: 4e-3})
+    first = controller.decide(0, plan, slow3)
+    assert first.stragglers == frozenset() and first.plan is None
+    second = controller.decide(1, plan, slow3)
+    assert second.stragglers == {3} and second.plan is not None and second.plan.label != "ssgd"
+
+
+def test_no_plan_switch_while_a_straggler_s_amp_is_being_verified():
+    """Plans compared while AMP's effect is unmeasured would be compared on speeds about to change."""
+    # detected at its first slow decision, as mid3x's worker 3 was in a real run where k-of-N came with AMP
+    controller = Controller(for_strategy(ControlConfig(batch=False, detector=DetectorConfig(enter_n=1)), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    slow3 = _summaries({0: 1e-3, 1: 1e-3, 2: 1e-3, 3: 4e-3})
+    detected = controller.decide(0, plan, slow3)
+    assert detected.amp == {3: True} and detected.plan is None
+    verifying = {**slow3, 3: WorkerSummary(3.8e-3, 0.002, 32, 2, 2)}
+    assert controller.decide(1, plan, verifying).plan is None
+    unhelped = {**slow3, 3: WorkerSummary(3.9e-3, 0.002, 32, 3, 3)}  # verified: AMP did not help, undone
+    undone = controller.decide(2, plan, unhelped)
+    assert undone.amp == {3: False}
+    assert undone.plan is not None and undone.plan.label != "ssgd"  # now the selector may act on the straggler
 
 
 def test_when_a_verified_amp_worker_turns_amp_off_its_batch_is_sized_for_its_speed_without_amp():
