@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from star.config import from_dict, JobConfig
-from star.launch import launch
+from star.launch import launch_or_stop
 from star.report import write_report
 from star.traces import Trace, write_simple_csv
 from star.tta import bootstrap_median, bootstrap_ratio, coefficient_of_variation
@@ -48,9 +48,30 @@ def run_one(args: argparse.Namespace, strategy: str, trace: str | None, out: Pat
     }
     if trace:
         data["trace"] = {"path": trace, "stretch": args.trace_stretch, **({"workers": args.trace_workers} if args.trace_workers else {})}
-    result = launch(from_dict(JobConfig, data))
+    result = launch_or_stop(from_dict(JobConfig, data))
     write_report([out])  # OUT/<run>/seed<N>/report.png and report.md
     return result
+
+
+def measure(args: argparse.Namespace, runs: list[tuple], seeds: list[int], out: Path, raw: list[dict]) -> None:
+    """Every run for every seed, interleaved; each run's row is appended to `raw` (and runs.csv) as it ends."""
+    total = len(runs) * len(seeds)
+    for repeat, seed in enumerate(seeds):
+        order = runs[repeat % len(runs):] + runs[:repeat % len(runs)]  # rotated: no strategy always runs first
+        for index, (strategy, run_trace, name) in enumerate(order, 1):
+            print(f"[{repeat * len(runs) + index}/{total}] {name} seed={seed} ...", file=sys.stderr, flush=True)
+            result = run_one(args, strategy, run_trace, out / name / f"seed{seed}", seed)
+            raw.append({
+                "run": name, "strategy": strategy, "trace": Path(run_trace).name if run_trace else "none", "seed": seed,
+                "reached": result["reached"], "tta_s": result["tta_s"], "final_metric": result["final_metric"],
+                "updates": result["updates"], "updates_to_target": result.get("updates_to_target"),
+                "s_per_update": result.get("s_per_update"), "detections": result.get("straggler_detections", 0),
+                "plan_switches": result.get("plan_switches", 0), "amp_toggles": result.get("amp_toggles", 0),
+                "batch_resizes": result.get("batch_resizes", 0),
+            })
+            print(f"    reached={result['reached']} tta_s={result['tta_s']} updates_to_target={result.get('updates_to_target')} "
+                  f"detections={raw[-1]['detections']} batch_resizes={raw[-1]['batch_resizes']}", file=sys.stderr)
+            write_csv(out / "runs.csv", raw)  # after every run: an interrupted benchmark keeps what it measured
 
 
 def mitigation(t_clean: float | None, t_straggled: float | None, t: float | None) -> float | None:
@@ -142,23 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = [("ssgd", None, "clean")] + [(s, trace, s) for s in args.strategies.split(",")] + [("auto", None, "auto-clean")]
     seeds = [args.seed + r for r in range(args.repeats)]
     raw: list[dict] = []
-    total = len(runs) * len(seeds)
-    for repeat, seed in enumerate(seeds):
-        order = runs[repeat % len(runs):] + runs[:repeat % len(runs)]  # rotated: no strategy always runs first
-        for index, (strategy, run_trace, name) in enumerate(order, 1):
-            print(f"[{repeat * len(runs) + index}/{total}] {name} seed={seed} ...", file=sys.stderr, flush=True)
-            result = run_one(args, strategy, run_trace, out / name / f"seed{seed}", seed)
-            raw.append({
-                "run": name, "strategy": strategy, "trace": Path(run_trace).name if run_trace else "none", "seed": seed,
-                "reached": result["reached"], "tta_s": result["tta_s"], "final_metric": result["final_metric"],
-                "updates": result["updates"], "updates_to_target": result.get("updates_to_target"),
-                "s_per_update": result.get("s_per_update"), "detections": result.get("straggler_detections", 0),
-                "plan_switches": result.get("plan_switches", 0), "amp_toggles": result.get("amp_toggles", 0),
-                "batch_resizes": result.get("batch_resizes", 0),
-            })
-            print(f"    reached={result['reached']} tta_s={result['tta_s']} updates_to_target={result.get('updates_to_target')} "
-                  f"detections={raw[-1]['detections']} batch_resizes={raw[-1]['batch_resizes']}", file=sys.stderr)
-            write_csv(out / "runs.csv", raw)  # after every run: an interrupted benchmark keeps what it measured
+    try:
+        measure(args, runs, seeds, out, raw)
+    except KeyboardInterrupt:
+        print(f"interrupted: the {len(raw)} runs measured so far are in {out / 'runs.csv'}", file=sys.stderr)
+        return 130
     rows = summarise(raw, [name for _, _, name in runs], args.level)
     write_csv(out / "summary.csv", rows)
     columns = list(rows[0])

@@ -290,7 +290,7 @@ def run_sim(config: BenchConfig, strategy: str, trace: TraceSpec | None, out: Pa
 def run_real(config: BenchConfig, strategy: str, trace: TraceSpec | None, out: Path) -> dict[str, Any]:
     """A real local job (star.launch.launch), as benchmarks/strategies.py runs them."""
     from star.config import JobConfig, from_dict
-    from star.launch import launch
+    from star.launch import launch_or_stop
     from star.sim.calibrate import read_run
 
     mode, control = strategy_settings("ssgd" if strategy == CLEAN else strategy)
@@ -300,7 +300,7 @@ def run_real(config: BenchConfig, strategy: str, trace: TraceSpec | None, out: P
     if trace is not None:
         data["trace"] = {"path": str(trace.path), "stretch": trace.stretch,
                          **({"workers": trace.trace_workers} if trace.trace_workers else {})}
-    result = launch(from_dict(JobConfig, data))
+    result = launch_or_stop(from_dict(JobConfig, data))
     try:
         _, curve, _ = read_run(out)
     except (OSError, ValueError, KeyError):
@@ -488,6 +488,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"star bench: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"star bench: interrupted; the runs that ended are under {args.out}", file=sys.stderr)
+        return 130
     print(markdown_table(rows))
     print(f"wrote {config.out}/summary.csv, summary.md, goals.md, tta.png, curves_*.png"
           + (", sim_vs_real.md" if config.real else ""))

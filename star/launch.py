@@ -78,6 +78,15 @@ def _security_flags(config: JobConfig) -> list[str]:
     return _flag_args("security.", tls)
 
 
+def launch_or_stop(config: JobConfig) -> dict:
+    """launch() for a benchmark that runs many jobs: a Ctrl-C or SIGTERM that interrupted this job
+    stops the whole benchmark (KeyboardInterrupt), instead of being taken as one short run."""
+    result = launch(config)
+    if result.get("interrupted"):
+        raise KeyboardInterrupt
+    return result
+
+
 def launch(config: JobConfig, progress: Callable[[str], None] | None = None, startup_timeout_s: float = 120.0) -> dict:
     """Run the job to its end and return result.json's content."""
     from star.tasks import get_task

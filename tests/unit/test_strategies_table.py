@@ -41,3 +41,26 @@ def test_summary_csv_has_the_interface_columns_and_paired_ratios(tmp_path, monke
     assert float(batch["vs_ssgd"]) == pytest.approx(0.5)
     assert float(batch["mitigation"]) == pytest.approx(1.0)
     assert rows["auto-clean"]["detections"] == "0"
+
+
+def test_an_interrupted_run_stops_the_whole_strategies_benchmark_and_keeps_what_was_measured(tmp_path, monkeypatch, capsys):
+    """SIGTERM or Ctrl-C reaches the job being launched; the benchmark must not go on to the next run."""
+    import benchmarks.strategies as strategies
+    import star.launch
+
+    results = iter([{"reached": True, "tta_s": 10.0, "final_metric": 0.96, "updates": 40, "interrupted": False},
+                    {"reached": False, "tta_s": None, "final_metric": 0.5, "updates": 3, "interrupted": True}])
+    launched = []
+    monkeypatch.setattr(star.launch, "launch", lambda config: launched.append(config) or next(results))
+    monkeypatch.setattr(strategies, "write_report", lambda dirs, *rest: None)
+    code = strategies.main(["--trace", "mid3x", "--strategies", "ssgd", "--repeats", "2", "--out", str(tmp_path)])
+    assert code == 130 and len(launched) == 2
+    assert len((tmp_path / "runs.csv").read_text().splitlines()) == 2  # header + the run that ended
+    assert "interrupted" in capsys.readouterr().err
+
+
+def test_launch_or_stop_returns_a_finished_job_s_result(monkeypatch):
+    import star.launch
+
+    monkeypatch.setattr(star.launch, "launch", lambda config: {"reached": True, "interrupted": False})
+    assert star.launch.launch_or_stop(None)["reached"] is True
