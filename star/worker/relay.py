@@ -13,6 +13,10 @@ Protocol, per round, under a plan whose `tree_fanout` is set (roles come with ea
   computed on what it pulled (same plan epoch and shard versions), waiting at most
   `tree_wait_s` for the missing ones, and pushes the sum naming them as contributors.
   The PS counts that push as one gradient from each of them.
+- A parent whose own pull stays blocked refuses the gradients held for it: its pull
+  waits on a round those gradients belong to (shards that switched plans at different
+  moments can leave a parent's push taken by one PS and refused by another), and it
+  would not collect them before that round closes.
 So a child that is late, restarted or on another plan never stalls a round: it just
 pushes for itself. `RelayInbox` is the parent's side of this hand-over (threads and a
 condition variable, no gRPC); `RelayServer`/`RelayClient` put it on the wire.
@@ -47,6 +51,7 @@ class Contribution:
     gradient: torch.Tensor
     batch_size: int
     decided: threading.Event = field(default_factory=threading.Event)
+    arrived_s: float = field(default_factory=time.monotonic)  # when it reached the parent (monotonic clock)
     taken: bool = False
     reason: str = ""
 
@@ -110,6 +115,21 @@ class RelayInbox:
                     del self._waiting[worker]
                     stale.answer(False, "computed on parameters older than the parent's")
         return taken
+
+    def refuse_held(self, older_than_s: float, reason: str) -> int:
+        """Refuse the gradients that have waited here longer than `older_than_s`; returns how many.
+
+        For a parent whose own pull is blocked: a child's gradient cannot be for a round
+        before the one the parent waits on, so that round needs it, and the parent will
+        not collect it before the round closes. Held, it would stall the round.
+        """
+        cutoff = time.monotonic() - older_than_s
+        with self._lock:
+            held = [c for c in self._waiting.values() if c.arrived_s <= cutoff]
+            for contribution in held:
+                del self._waiting[contribution.worker]
+                contribution.answer(False, reason)
+        return len(held)
 
     def settle(self, taken: Sequence[Contribution], pushed: bool, reason: str = "") -> None:
         """Tell the senders of `taken` whether the parent's push carried their gradients."""

@@ -26,6 +26,7 @@ from star.tasks.dataset import batch_stream
 from star.traces import WorkerSlowdown, load_worker_slowdown, slowdown_sleep_s
 from star.worker.amp import AmpSwitch
 from star.worker.pacing import PushPacer
+from star.worker.pulling import pull_under_one_plan
 from star.worker.relay import RelayClient, RelayServer, sum_into
 from star.worker.reporting import CoordinatorLink, IterationTimes
 
@@ -209,12 +210,16 @@ class Worker:
         failures = 0
         while not self.stop.is_set():
             try:
-                ps.pull(self.flat.params, timeout_s=self.config.pull_poll_s)
+                pulls = pull_under_one_plan(lambda: ps.pull(self.flat.params, timeout_s=self.config.pull_poll_s),
+                                            lambda: ps.pulled_key[0], self.config.pull_poll_s, self.stop)
+                if pulls > 1:
+                    log(logger, logging.DEBUG, "pulled again: the shards answered under different plans", pulls=pulls)
                 return True
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                     if self.link is not None:
                         self.link.heartbeat(self.iteration)
+                    self._refuse_held_children()
                     continue  # still blocked on the round: normal under SSGD with a straggler
                 if exc.code() == grpc.StatusCode.NOT_FOUND or _not_initialised(exc):
                     self._rejoin(ps, exc)  # a PS restarted (from its checkpoint, or empty) and does not know us
@@ -227,6 +232,15 @@ class Worker:
                 log(logger, logging.WARNING, "pull: parameter server unreachable, retrying", attempt=failures)
                 time.sleep(min(self.config.ps_retry_base_s * 2 ** (failures - 1), 5.0))
         return False
+
+    def _refuse_held_children(self) -> None:
+        """A tree parent blocked in its pull sends back what its children left with it: the
+        round it waits on needs those gradients, so they must go to the PSs directly."""
+        if self.relay is None:
+            return
+        refused = self.relay.inbox.refuse_held(self.config.pull_poll_s, "the parent's pull is blocked on a round")
+        if refused:
+            log(logger, logging.INFO, "tree parent blocked in its pull: children push for themselves", children=refused)
 
     def _send(self, ps: PSClient) -> float:
         """Deliver this iteration's gradient: to the tree parent, with the tree children's, or alone.

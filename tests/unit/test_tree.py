@@ -251,6 +251,22 @@ def test_a_gradient_for_a_round_the_parent_has_not_reached_waits_for_it():
     assert not ahead.taken and ahead.reason == "refused"
 
 
+def test_a_parent_blocked_in_its_pull_refuses_only_the_gradients_held_longer_than_its_poll():
+    inbox = RelayInbox()
+    old, fresh = _gift(1, key=(3, (7,))), _gift(2, key=(3, (7,)))
+    old.arrived_s -= 5.0  # held for 5 s: the round the parent waits on needs it
+    threads = [_offer_in_thread(inbox, g) for g in (old, fresh)]
+    time.sleep(0.1)
+    assert inbox.refuse_held(1.0, "blocked") == 1
+    threads[0].join(5)
+    assert old.decided.is_set() and not old.taken and old.reason == "blocked"
+    assert not fresh.decided.is_set()  # just arrived: the parent may be about to take it
+    (taken,) = inbox.collect((3, (7,)), [2], wait_s=1.0)
+    inbox.settle([taken], pushed=True)
+    threads[1].join(5)
+    assert fresh.taken
+
+
 def test_an_offer_nobody_takes_times_out_and_closing_refuses_the_rest():
     inbox = RelayInbox()
     gift = inbox.offer(_gift(1), timeout_s=0.1)
