@@ -26,11 +26,11 @@ from pathlib import Path
 from importlib import resources
 from typing import Any
 
-from star.bench import (CLEAN, REAL_RUN_NAMES, BenchConfig, TraceSpec, compare_with_real, read_real_summary, run_sim,
-                              sim_vs_real_table, summary_rows)
+from star.bench import BenchConfig, TraceSpec, run_sim, summary_rows
 from star.tta import median_or_none
 from star.config import load_toml
-from star.sim.compare import agreement, agreement_table, seed_agreement
+from star.sim.compare import (CLEAN, REAL_RUN_NAMES, agreement, agreement_table, compare_with_real, read_real_summary,
+                               seed_agreement, sim_vs_real_table)
 
 
 @dataclass(frozen=True)

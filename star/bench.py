@@ -41,8 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from star.sim.compare import CLEAN, compare_with_real, markdown_cell, read_real_summary, sim_vs_real_table
+
 STRATEGIES = ("ssgd", "asgd", "kofn", "grouped", "exclude", "amp", "batch", "auto-heuristic", "auto-learned")
-CLEAN = "ssgd-clean"
 SUMMARY_COLUMNS = ("trace", "strategy", "workers", "tta_s", "reached", "mitigation")
 
 
@@ -114,19 +115,11 @@ def best_per_trace(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
     return {t: s for t, (_, s) in best.items()}
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) < 10 else f"{value:.2f}"
-    return str(value)
-
-
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     best = best_per_trace(rows)
     lines = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
     for r in rows:
-        cells = [_cell(r[c]) for c in SUMMARY_COLUMNS]
+        cells = [markdown_cell(r[c]) for c in SUMMARY_COLUMNS]
         if best.get(r["trace"]) == r["strategy"]:
             cells = [f"**{c}**" if c else c for c in cells]
         lines.append("| " + " | ".join(cells) + " |")
@@ -166,7 +159,7 @@ def goals_table(rows: Sequence[dict[str, Any]], within: float = 0.05, cut: float
             cells = (trace, auto, t, b, t_best, ratio, "yes" if ok_best else "NO", t_ssgd, t_clean,
                      None if d is None else f"{d:.1%}", None if vs is None else f"{vs:.1%}",
                      None if ceiling is None else f"{ceiling:.1%}", needed, "yes" if ok_best and ok_cut else "NO")
-            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+            lines.append("| " + " | ".join(markdown_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -374,77 +367,10 @@ def run_bench(config: BenchConfig, runner: Callable[..., dict[str, Any]] | None 
                                                 "rows": rows}, indent=1, default=str))
     if real_rows is not None:
         compared = compare_with_real(rows, real_rows)
-        (out / "sim_vs_real.md").write_text(sim_vs_real_table(compared, config))
+        heading = (f"Simulated ({config.workers} workers, calibration {config.calibration or config.task + ' (shipped)'}) "
+                   f"vs real runs from `{config.real}`.")
+        (out / "sim_vs_real.md").write_text(sim_vs_real_table(compared, heading))
     return rows
-
-
-# ---- simulator vs real runs -------------------------------------------------------------------
-REAL_RUN_NAMES = {"clean": CLEAN, "auto": "auto-heuristic"}  # benchmarks/strategies.py run names
-
-
-def read_real_summary(path: Path) -> list[dict[str, Any]]:
-    """Rows {trace, strategy, tta_s, reached} of a real star bench summary.csv, or of a
-    benchmarks/strategies.py summary.csv (trace "*": it has one trace; 'auto-clean' is left out)."""
-    with open(path, newline="") as handle:
-        raw = list(csv.DictReader(handle))
-    if not raw:
-        raise ValueError(f"{path}: no rows")
-    rows = []
-    for r in raw:
-        if "run" in r:  # benchmarks/strategies.py
-            if r["run"] == "auto-clean":
-                continue
-            strategy, trace = REAL_RUN_NAMES.get(r["run"], r["run"]), "*"
-            reached = r["reached"] in ("True", "true", "1") or (r["reached"].count("/") == 1 and r["reached"].split("/")[0] != "0")
-        else:
-            strategy, trace, reached = r["strategy"], r["trace"], r["reached"] in ("True", "true", "1")
-        tta = float(r["tta_s"]) if r.get("tta_s") not in (None, "") else None
-        rows.append({"trace": trace, "strategy": strategy, "tta_s": tta, "reached": reached and tta is not None})
-    return rows
-
-
-def compare_with_real(sim_rows: Sequence[dict[str, Any]], real_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (trace, strategy) run in both: TTAs, raw error sim/real − 1, and the error of TTA / clean TTA.
-
-    A real table with one trace ("*") is matched against every simulated trace."""
-    real = {(r["trace"], r["strategy"]): r for r in real_rows}
-    out = []
-    for r in sim_rows:
-        key = (r["trace"], r["strategy"]) if (r["trace"], r["strategy"]) in real else ("*", r["strategy"])
-        if key not in real:
-            continue
-        rr = real[key]
-        sim_clean = next((x["tta_s"] for x in sim_rows if x["trace"] == r["trace"] and x["strategy"] == CLEAN and x["reached"]), None)
-        real_clean = real.get((key[0], CLEAN), {}).get("tta_s")
-        s_t = r["tta_s"] if r["reached"] else None
-        r_t = rr["tta_s"] if rr["reached"] else None
-        raw = s_t / r_t - 1 if s_t and r_t else None
-        s_rel = s_t / sim_clean if s_t and sim_clean else None
-        r_rel = r_t / real_clean if r_t and real_clean else None
-        rel = s_rel / r_rel - 1 if s_rel and r_rel else None
-        out.append({"trace": r["trace"], "strategy": r["strategy"], "real_tta_s": r_t, "sim_tta_s": s_t, "error": raw,
-                    "real_vs_clean": r_rel, "sim_vs_clean": s_rel, "error_vs_clean": rel})
-    return out
-
-
-def sim_vs_real_table(compared: Sequence[dict[str, Any]], config: BenchConfig | None = None) -> str:
-    head = ("trace", "strategy", "real_tta_s", "sim_tta_s", "error", "real/clean", "sim/clean", "error of TTA/clean")
-    lines = []
-    if config is not None:
-        lines.append(f"Simulated ({config.workers} workers, calibration {config.calibration or config.task + ' (shipped)'}) "
-                     f"vs real runs from `{config.real}`.\n")
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    pct = lambda v: None if v is None else f"{v:+.1%}"  # noqa: E731
-    for c in compared:
-        cells = (c["trace"], c["strategy"], c["real_tta_s"], c["sim_tta_s"], pct(c["error"]), c["real_vs_clean"],
-                 c["sim_vs_clean"], pct(c["error_vs_clean"]) if c["strategy"] != CLEAN else None)
-        lines.append("| " + " | ".join(_cell(v) for v in cells) + " |")
-    raw = [abs(c["error"]) for c in compared if c["error"] is not None]
-    rel = [abs(c["error_vs_clean"]) for c in compared if c["error_vs_clean"] is not None and c["strategy"] != CLEAN]
-    if raw:
-        lines.append(f"\nMean |error|: {sum(raw) / len(raw):.1%} (max {max(raw):.1%}) over {len(raw)} runs; "
-                     + (f"of TTA/clean: {sum(rel) / len(rel):.1%} (max {max(rel):.1%}) over {len(rel)} runs." if rel else ""))
-    return "\n".join(lines) + "\n"
 
 
 # ---- command line ---------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Simulator vs real runs: does the simulator rank strategies as reality does, and how far off are its TTAs?
 
 Pure functions over per-(trace, strategy) comparison rows {trace, strategy, real_tta_s, sim_tta_s,
-error, error_vs_clean} (star.bench.compare_with_real makes them):
+error, error_vs_clean}, made by `compare_with_real` from a real table (`read_real_summary`):
 
 - `kendall_tau`: Kendall's tau-b of two score lists (ties in either list handled; a run that missed
   the target counts as +inf, so two misses tie);
@@ -12,16 +12,19 @@ error, error_vs_clean} (star.bench.compare_with_real makes them):
   (the order reality is sure of);
 - `seed_agreement`: the mean tau between the real rankings of two seeds (reality's own
   reproducibility: with noisy real runs, the ceiling of any simulator's tau);
-- `agreement_table`: the markdown of `agreement` with the goals (tau >= 0.7, error <= 15%).
+- `agreement_table`: the markdown of `agreement` with the goals (tau >= 0.7, error <= 15%);
+- `sim_vs_real_table`: the per-run markdown.
 """
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-CLEAN = "ssgd-clean"  # star.bench.CLEAN: the reference run, not ranked
+CLEAN = "ssgd-clean"  # the reference run (clean SSGD), not ranked
 TAU_GOAL = 0.7
 ERROR_GOAL = 0.15
 
@@ -139,4 +142,81 @@ def agreement_table(rows: Sequence[dict[str, Any]], tau_goal: float = TAU_GOAL, 
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "| trace | real order (fastest first) | simulated order |", "|---|---|---|"]
     lines += [f"| {r['trace']} | {r['real_order']} | {r['sim_order']} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def markdown_cell(value: Any) -> str:
+    """A table cell: blank for None, 3 decimals under 10, 2 above."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.2f}"
+    return str(value)
+
+
+
+# ---- reading real tables and pairing them with simulated rows ---------------------------------
+REAL_RUN_NAMES = {"clean": CLEAN, "auto": "auto-heuristic"}  # benchmarks/strategies.py run names
+
+
+def read_real_summary(path: Path) -> list[dict[str, Any]]:
+    """Rows {trace, strategy, tta_s, reached} of a real star bench summary.csv, or of a
+    benchmarks/strategies.py summary.csv (trace "*": it has one trace; 'auto-clean' is left out)."""
+    with open(path, newline="") as handle:
+        raw = list(csv.DictReader(handle))
+    if not raw:
+        raise ValueError(f"{path}: no rows")
+    rows = []
+    for r in raw:
+        if "run" in r:  # benchmarks/strategies.py
+            if r["run"] == "auto-clean":
+                continue
+            strategy, trace = REAL_RUN_NAMES.get(r["run"], r["run"]), "*"
+            reached = r["reached"] in ("True", "true", "1") or (r["reached"].count("/") == 1 and r["reached"].split("/")[0] != "0")
+        else:
+            strategy, trace, reached = r["strategy"], r["trace"], r["reached"] in ("True", "true", "1")
+        tta = float(r["tta_s"]) if r.get("tta_s") not in (None, "") else None
+        rows.append({"trace": trace, "strategy": strategy, "tta_s": tta, "reached": reached and tta is not None})
+    return rows
+
+
+def compare_with_real(sim_rows: Sequence[dict[str, Any]], real_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (trace, strategy) run in both: TTAs, raw error sim/real − 1, and the error of TTA / clean TTA.
+
+    A real table with one trace ("*") is matched against every simulated trace."""
+    real = {(r["trace"], r["strategy"]): r for r in real_rows}
+    out = []
+    for r in sim_rows:
+        key = (r["trace"], r["strategy"]) if (r["trace"], r["strategy"]) in real else ("*", r["strategy"])
+        if key not in real:
+            continue
+        rr = real[key]
+        sim_clean = next((x["tta_s"] for x in sim_rows if x["trace"] == r["trace"] and x["strategy"] == CLEAN and x["reached"]), None)
+        real_clean = real.get((key[0], CLEAN), {}).get("tta_s")
+        s_t = r["tta_s"] if r["reached"] else None
+        r_t = rr["tta_s"] if rr["reached"] else None
+        raw = s_t / r_t - 1 if s_t and r_t else None
+        s_rel = s_t / sim_clean if s_t and sim_clean else None
+        r_rel = r_t / real_clean if r_t and real_clean else None
+        rel = s_rel / r_rel - 1 if s_rel and r_rel else None
+        out.append({"trace": r["trace"], "strategy": r["strategy"], "real_tta_s": r_t, "sim_tta_s": s_t, "error": raw,
+                    "real_vs_clean": r_rel, "sim_vs_clean": s_rel, "error_vs_clean": rel})
+    return out
+
+
+def sim_vs_real_table(compared: Sequence[dict[str, Any]], heading: str = "") -> str:
+    """Per-run markdown of `compare_with_real`'s rows, under an optional `heading` line, with the mean errors."""
+    head = ("trace", "strategy", "real_tta_s", "sim_tta_s", "error", "real/clean", "sim/clean", "error of TTA/clean")
+    lines = [heading + "\n"] if heading else []
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    pct = lambda v: None if v is None else f"{v:+.1%}"  # noqa: E731
+    for c in compared:
+        cells = (c["trace"], c["strategy"], c["real_tta_s"], c["sim_tta_s"], pct(c["error"]), c["real_vs_clean"],
+                 c["sim_vs_clean"], pct(c["error_vs_clean"]) if c["strategy"] != CLEAN else None)
+        lines.append("| " + " | ".join(markdown_cell(v) for v in cells) + " |")
+    raw = [abs(c["error"]) for c in compared if c["error"] is not None]
+    rel = [abs(c["error_vs_clean"]) for c in compared if c["error_vs_clean"] is not None and c["strategy"] != CLEAN]
+    if raw:
+        lines.append(f"\nMean |error|: {sum(raw) / len(raw):.1%} (max {max(raw):.1%}) over {len(raw)} runs; "
+                     + (f"of TTA/clean: {sum(rel) / len(rel):.1%} (max {max(rel):.1%}) over {len(rel)} runs." if rel else ""))
     return "\n".join(lines) + "\n"

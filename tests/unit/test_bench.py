@@ -7,6 +7,7 @@ import csv
 import pytest
 
 from star import bench
+from star.sim import compare
 from star.cli import main
 from star.traces import Trace, write_simple_csv
 
@@ -18,14 +19,14 @@ def _result(trace, strategy, tta, reached=True):
 
 
 def test_mitigation_is_the_share_of_the_straggler_delay_removed():
-    rows = bench.summary_rows([_result("t", bench.CLEAN, 10.0), _result("t", "ssgd", 20.0), _result("t", "kofn", 12.0),
+    rows = bench.summary_rows([_result("t", compare.CLEAN, 10.0), _result("t", "ssgd", 20.0), _result("t", "kofn", 12.0),
                                _result("t", "asgd", None, reached=False)])
     by = {r["strategy"]: r["mitigation"] for r in rows}
-    assert by == {bench.CLEAN: None, "ssgd": 0.0, "kofn": 0.8, "asgd": None}
+    assert by == {compare.CLEAN: None, "ssgd": 0.0, "kofn": 0.8, "asgd": None}
 
 
 def test_best_per_trace_ignores_clean_ssgd_and_misses():
-    rows = bench.summary_rows([_result("t", bench.CLEAN, 5.0), _result("t", "ssgd", 20.0), _result("t", "kofn", 12.0),
+    rows = bench.summary_rows([_result("t", compare.CLEAN, 5.0), _result("t", "ssgd", 20.0), _result("t", "kofn", 12.0),
                                _result("t", "asgd", 1.0, reached=False)])
     assert bench.best_per_trace(rows) == {"t": "kofn"}
     assert "| **t** | **kofn** | **4** | **12.00** | **True** | **0.533** |" in bench.markdown_table(rows)
@@ -49,7 +50,7 @@ def test_sim_bench_writes_every_output(tmp_path, capsys):
         reader = csv.DictReader(handle)
         rows = list(reader)
     assert tuple(reader.fieldnames) == bench.SUMMARY_COLUMNS
-    assert [(r["trace"], r["strategy"]) for r in rows] == [("slow3", bench.CLEAN), ("slow3", "ssgd"), ("slow3", "kofn")]
+    assert [(r["trace"], r["strategy"]) for r in rows] == [("slow3", compare.CLEAN), ("slow3", "ssgd"), ("slow3", "kofn")]
     assert all(r["reached"] == "True" and float(r["tta_s"]) > 0 for r in rows)
     tta = {r["strategy"]: float(r["tta_s"]) for r in rows}
     best = min(("ssgd", "kofn"), key=tta.get)
@@ -77,14 +78,14 @@ def test_sim_is_compared_with_real_runs_raw_and_relative_to_clean_ssgd(tmp_path)
     real = tmp_path / "strategies.csv"  # benchmarks/strategies.py format: one trace, run names clean / auto
     real.write_text("run,strategy,trace,reached,tta_s\nclean,ssgd,none,True,10.0\nssgd,ssgd,t.csv,True,20.0\n"
                     "auto,auto,t.csv,True,12.0\nauto-clean,auto,none,True,11.0\n")
-    sim = bench.summary_rows([_result("t", bench.CLEAN, 20.0), _result("t", "ssgd", 30.0), _result("t", "auto-heuristic", 30.0),
+    sim = bench.summary_rows([_result("t", compare.CLEAN, 20.0), _result("t", "ssgd", 30.0), _result("t", "auto-heuristic", 30.0),
                               _result("t", "kofn", 25.0)])
-    compared = {c["strategy"]: c for c in bench.compare_with_real(sim, bench.read_real_summary(real))}
-    assert set(compared) == {bench.CLEAN, "ssgd", "auto-heuristic"}  # kofn has no real run
+    compared = {c["strategy"]: c for c in compare.compare_with_real(sim, compare.read_real_summary(real))}
+    assert set(compared) == {compare.CLEAN, "ssgd", "auto-heuristic"}  # kofn has no real run
     assert compared["ssgd"]["error"] == pytest.approx(0.5)  # 30 s simulated vs 20 s real
     assert compared["ssgd"]["error_vs_clean"] == pytest.approx(1.5 / 2.0 - 1)  # 1.5x clean vs 2x clean
     assert compared["auto-heuristic"]["error_vs_clean"] == pytest.approx(1.5 / 1.2 - 1)
-    table = bench.sim_vs_real_table(list(compared.values()))
+    table = compare.sim_vs_real_table(list(compared.values()))
     assert "| t | ssgd | 20.00 | 30.00 | +50.0% |" in table and "Mean |error|" in table
 
 
@@ -102,9 +103,9 @@ def test_sim_bench_with_real_runs_writes_the_comparison(tmp_path):
 
 
 def test_goals_table_checks_auto_against_the_best_and_the_cut_and_its_ceiling():
-    rows = bench.summary_rows([_result("a", bench.CLEAN, 10.0), _result("a", "ssgd", 20.0), _result("a", "kofn", 11.0),
+    rows = bench.summary_rows([_result("a", compare.CLEAN, 10.0), _result("a", "ssgd", 20.0), _result("a", "kofn", 11.0),
                                _result("a", "auto-heuristic", 11.5),
-                               _result("b", bench.CLEAN, 10.0), _result("b", "ssgd", 16.0), _result("b", "batch", 14.0),
+                               _result("b", compare.CLEAN, 10.0), _result("b", "ssgd", 16.0), _result("b", "batch", 14.0),
                                _result("b", "auto-heuristic", 14.0)])
     lines = {line.split(" | ")[0].strip("| "): line for line in bench.goals_table(rows).splitlines()[2:]}
     # a: auto 4.5% over kofn, 42.5% under SSGD (delay 100% > 50%, ceiling 50%): both goals met
