@@ -350,6 +350,16 @@ class Controller:
         return AmpDecision(d.worker, False, added.explain(d.worker, speedup, self.config.amp_policy.min_added_gain, measured=True),
                            speedup)
 
+    def _speeds_acted_on(self, active: Mapping[int, WorkerSummary]) -> dict[int, float]:
+        """Per-sample times the selector compares plans with. Under batch sizing, the same smoothed
+        reference speeds the batch sizes were solved for: a speed change the sizes have not followed
+        yet (inside the band, or not yet confirmed) must not make SSGD look slow for a decision or two
+        and send the job to a plan it leaves again once the sizes catch up."""
+        raw = {w: s.per_sample_s for w, s in active.items()}
+        if not self.config.batch:
+            return raw
+        return {**raw, **self.speeds.reference([w for w in raw if w in self.speeds.tracks])}
+
     def _plan(self, period: int, current: SyncPlan, active: Mapping[int, WorkerSummary], stragglers: frozenset[int],
               b_noise: float, events: list[dict[str, Any]], verifying: frozenset[int] = frozenset()) -> SyncPlan | None:
         workers = tuple(w for w in range(self.num_workers) if w not in self.lost)
@@ -365,7 +375,8 @@ class Controller:
                 return None  # a worker's speed is about to change (AMP being verified): plans compared now would be stale
             if not stragglers and self.base_plan is not None and same_shape(current, self.base_plan):
                 return None  # the base plan is left only for a detected straggler, not for one period's slow reports
-            iter_time_s = {w: s.comm_s + s.per_sample_s * self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}
+            per_sample = self._speeds_acted_on(active)
+            iter_time_s = {w: s.comm_s + per_sample[w] * self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}
             args = (period, without_workers(current, frozenset(self.lost)), iter_time_s,
                     {w: self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}, stragglers, b_noise)
             if isinstance(self.selector, LearnedSelector):

@@ -325,6 +325,24 @@ def test_the_selector_leaves_the_base_plan_only_for_a_detected_straggler():
     assert second.stragglers == {3} and second.plan is not None and second.plan.label != "ssgd"
 
 
+def test_the_selector_compares_plans_on_the_speeds_batch_sizing_acts_on():
+    """A straggler that moves to another worker must not send auto to k-of-N for the decision or
+    two before batch sizing follows it (a rotating synthetic trace: every seed went SSGD -> k-of-N
+    -> SSGD and needed 56-74 updates against batch sizing's 36-44)."""
+    controller = Controller(for_strategy(ControlConfig(amp=False), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    sizes = {w: 32 for w in range(4)}
+    decisions = []
+    for period in range(12):
+        slow = 3 if period < 6 else 2  # worker 3 is 3x slower, then worker 2 instead
+        reports = {w: WorkerSummary(3e-3 if w == slow else 1e-3, 0.002, sizes[w], 0, 8) for w in range(4)}
+        decision = controller.decide(period, plan, reports)
+        sizes.update(decision.batch_sizes)
+        decisions.append(decision)
+    assert sizes[2] < min(sizes[0], sizes[1], sizes[3]) / 2  # batch sizing followed the move
+    assert [d.plan.label for d in decisions if d.plan is not None] == []  # and SSGD with those sizes was never left
+
+
 def test_no_plan_switch_while_a_straggler_s_amp_is_being_verified():
     """Plans compared while AMP's effect is unmeasured would be compared on speeds about to change."""
     # detected at its first slow decision, as mid3x's worker 3 was in a real run where k-of-N came with AMP
