@@ -24,7 +24,7 @@ from typing import Callable
 
 from benchmarks.strategies import middle_half_trace, write_csv
 from star.config import JobConfig, from_dict
-from star.launch import launch
+from star.launch import launch_or_stop
 from star.tasks.registry import PRESET_SPECS, TASK_NAMES
 from star.tta import median_or_none
 
@@ -147,8 +147,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None, run: Callable[[JobConfig], dict] = launch) -> int:
-    """`run` starts one job and returns its result (tests pass a fake)."""
+def main(argv: list[str] | None = None, run: Callable[[JobConfig], dict] = launch_or_stop) -> int:
+    """`run` starts one job and returns its result (tests pass a fake). Ctrl-C or SIGTERM stops the
+    benchmark (exit 130) with the runs measured so far in OUT/runs.csv."""
     args = parser().parse_args(argv)
     try:
         task = task_name(args.task, args.preset)
@@ -175,16 +176,21 @@ def main(argv: list[str] | None = None, run: Callable[[JobConfig], dict] = launc
                     "s_per_iter": s_per_iter(out / r["run"] / f"seed{r['seed']}" / "curve.csv")} for r in csv.DictReader(handle)]
     rows_to_run = [] if args.from_runs else [r for r in RUNS if r[0] in args.rows.split(",")]
     total = len(rows_to_run) * args.repeats
-    for repeat in range(args.repeats):
-        seed = args.seed + repeat
-        for index, (name, mode, traced) in enumerate(rows_to_run, 1):
-            print(f"[{repeat * len(rows_to_run) + index}/{total}] {name} seed={seed} ...", file=sys.stderr, flush=True)
-            run_out = out / name / f"seed{seed}"
-            result = run(job(args, task, mode, trace if traced else None, run_out, seed))
-            raw.append({"run": name, "mode": mode, "trace": Path(trace).name if traced else "none", "seed": seed,
-                        "reached": result["reached"], "tta_s": result["tta_s"], "final_metric": result["final_metric"],
-                        "updates": result["updates"], "s_per_iter": s_per_iter(run_out / "curve.csv")})
-            print(f"    reached={result['reached']} tta_s={result['tta_s']} s_per_iter={raw[-1]['s_per_iter']}", file=sys.stderr)
+    try:
+        for repeat in range(args.repeats):
+            seed = args.seed + repeat
+            for index, (name, mode, traced) in enumerate(rows_to_run, 1):
+                print(f"[{repeat * len(rows_to_run) + index}/{total}] {name} seed={seed} ...", file=sys.stderr, flush=True)
+                run_out = out / name / f"seed{seed}"
+                result = run(job(args, task, mode, trace if traced else None, run_out, seed))
+                raw.append({"run": name, "mode": mode, "trace": Path(trace).name if traced else "none", "seed": seed,
+                            "reached": result["reached"], "tta_s": result["tta_s"], "final_metric": result["final_metric"],
+                            "updates": result["updates"], "s_per_iter": s_per_iter(run_out / "curve.csv")})
+                print(f"    reached={result['reached']} tta_s={result['tta_s']} s_per_iter={raw[-1]['s_per_iter']}", file=sys.stderr)
+                write_csv(out / "runs.csv", raw)  # after every run: an interrupted benchmark keeps what it measured
+    except KeyboardInterrupt:
+        print(f"interrupted: the {len(raw)} runs measured so far are in {out / 'runs.csv'}", file=sys.stderr)
+        return 130
     write_csv(out / "runs.csv", raw)
     rows = summarise(raw)
     table = markdown(rows)

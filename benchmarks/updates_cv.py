@@ -10,15 +10,19 @@ evaluations) and prints, per target, each seed's updates to target and their CV.
 
     python -m benchmarks.updates_cv --task digits --seeds 8 --lr 0.005 --targets 0.9,0.95
     python -m benchmarks.updates_cv --task digits --seeds 8 --fixed-init   # data order alone
+    python -m benchmarks.updates_cv --task digits --seeds 8 --metric loss --targets 0.3,0.2,0.15
 
 `--fixed-init` builds every seed's model from seed 0, so only the data order varies: the
-difference to a plain run is the initialisation's share of the spread. Last line: one
+difference to a plain run is the initialisation's share of the spread. `--metric loss` puts the
+target on the held-out loss (lower is better) instead of the task's metric, to see whether a
+continuous metric crosses its target less noisily. Last line: one
 JSON object with the settings and `cv` per target.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Sequence
@@ -60,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=160)
     parser.add_argument("--every", type=int, default=2, help="evaluate every this many updates (the evaluator's default)")
     parser.add_argument("--smoothing", type=int, default=3, help="target on the mean of the last this many evaluations")
-    parser.add_argument("--targets", default=None, help="comma-separated; default: the task's target")
+    parser.add_argument("--targets", default=None, help="comma-separated; default: the task's target (required with --metric loss)")
+    parser.add_argument("--metric", choices=("task", "loss"), default="task", help="the task's metric, or its held-out loss")
     parser.add_argument("--fixed-init", action="store_true", help="every seed's model built from seed 0: data order alone varies")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
@@ -72,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         task = get_task(args.task)
     except TaskSpecError as exc:
         parser.error(f"--task {args.task!r}: {exc}")
+    if args.metric == "loss" and task.metric_name != "loss":
+        if args.targets is None:
+            parser.error("--metric loss needs --targets (held-out loss values)")
+        task = dataclasses.replace(task, metric_name="loss", higher_is_better=False)
     try:
         targets = [task.default_target] if args.targets is None else [float(t) for t in args.targets.split(",")]
     except ValueError:
@@ -86,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = spread_rows(per_seed, targets)
     for row in rows:
         print(f"{task.metric_name} target {row['target']}: updates {row['updates']} reached {row['reached']} CV {row['cv']}")
-    print(json.dumps({"task": task.name, "workers": args.workers, "lr": args.lr or task.default_lr,
+    print(json.dumps({"task": task.name, "metric": task.metric_name, "workers": args.workers, "lr": args.lr or task.default_lr,
                       "batch_size": args.batch_size or task.default_batch_size, "smoothing": args.smoothing,
                       "every": args.every, "fixed_init": args.fixed_init, "seeds": args.seeds,
                       "cv": {str(r["target"]): r["cv"] for r in rows}}))

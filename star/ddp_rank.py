@@ -34,7 +34,7 @@ from torch.nn.parallel import DistributedDataParallel
 from star.config import JobConfig, from_dict, load_toml
 from star.ddp_rules import DDP_MODE
 from star.evaluator import CurveWriter
-from star.tta import EvalPoint, time_to_target
+from star.tta import EvalPoint, next_version, reached
 from star.events import EventLog
 from star.optim import build_optimizer
 from star.processes import die_with_parent
@@ -45,52 +45,75 @@ BACKWARD_TO_FORWARD = 2.0  # backward ~ 2 x forward: compute ~ 3 x forward, for 
 
 
 class Evaluations:
-    """Rank 0's evaluator: evaluates the latest parameter snapshot every eval_period_s, off the training thread."""
+    """Rank 0's evaluator, off the training thread, with the rule STAR's evaluator follows
+    (`evaluation` in the job config): parameters are evaluated at each multiple of `every_updates`
+    steps that the evaluator has not yet passed (every `eval_period_s` when it is 0), and the target
+    counts as reached when the mean of the last `smoothing` evaluations is at or past it. The same
+    rule on both sides, or a DDP run would stop at one lucky evaluation that a STAR run has to confirm."""
 
     def __init__(self, task: Task, model: torch.nn.Module, config: JobConfig, target: float, out: Path, events: EventLog):
         self.task, self.config, self.target, self.events = task, config, target, events
+        self.rule = config.evaluation
         self.model = copy.deepcopy(model)
         self.curve = CurveWriter(out / "curve.csv")
         self.lock = threading.Lock()
         self.snapshot: tuple[float, int, list[torch.Tensor]] | None = None
+        self.next_version = 0  # the grid: the first version worth a snapshot
         self.tta_s: float | None = None
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="evaluator", daemon=True)
 
-    def offer(self, time_s: float, version: int, model: torch.nn.Module) -> None:
-        """Called after a step: keep a copy of the parameters if the evaluator will want one."""
+    def offer(self, time_s: float, version: int, model: torch.nn.Module, final: bool = False) -> None:
+        """Called after a step: keep a copy of the parameters if the evaluator is free and wants this
+        version (`final`: the last step's, whatever its version)."""
         with self.lock:
-            if self.snapshot is None:
-                self.snapshot = (time_s, version, [p.detach().clone() for p in model.parameters()])
+            due = final or self.rule.every_updates == 0 or version >= self.next_version
+            if self.snapshot is not None or not due:
+                return
+            self.snapshot = (time_s, version, [p.detach().clone() for p in model.parameters()])
+            if self.rule.every_updates:
+                self.next_version = next_version(version, self.rule.every_updates)
+
+    def evaluate_one(self) -> bool:
+        """Evaluate the waiting snapshot, if any: a curve point, and the TTA once the smoothed metric
+        reaches the target. False when there was none."""
+        with self.lock:
+            taken, self.snapshot = self.snapshot, None
+        if taken is None:
+            return False
+        time_s, version, params = taken
+        with torch.no_grad():
+            for mine, theirs in zip(self.model.parameters(), params):
+                mine.copy_(theirs)
+            metric = float(self.task.evaluate(self.model))
+        point = EvalPoint(time_s, version, metric)
+        self.curve.add(point)
+        self.events.emit("evaluation", time_s=round(time_s, 4), version=version, metric=metric)
+        if self.tta_s is None and reached(self.curve.points, self.target, self.task.higher_is_better, self.rule.smoothing):
+            self.tta_s = time_s
+            self.events.emit("target_reached", tta_s=round(time_s, 4), metric=metric, version=version,
+                             smoothed_over=self.rule.smoothing)
+        return True
 
     def _run(self) -> None:
         while not self.stop.is_set():
-            with self.lock:
-                taken, self.snapshot = self.snapshot, None
-            if taken is None:
-                self.stop.wait(0.05)
-                continue
             started = time.monotonic()
-            time_s, version, params = taken
-            with torch.no_grad():
-                for mine, theirs in zip(self.model.parameters(), params):
-                    mine.copy_(theirs)
-                metric = float(self.task.evaluate(self.model))
-            point = EvalPoint(time_s, version, metric)
-            self.curve.add(point)
-            self.events.emit("evaluation", time_s=round(time_s, 4), version=version, metric=metric)
-            if self.tta_s is None and time_to_target([point], self.target, self.task.higher_is_better) is not None:
-                self.tta_s = time_s
-                self.events.emit("target_reached", tta_s=round(time_s, 4), metric=metric, version=version)
-            self.stop.wait(max(0.0, self.config.eval_period_s - (time.monotonic() - started)))
+            if not self.evaluate_one():
+                self.stop.wait(self.rule.poll_s)
+                continue
+            if not self.rule.every_updates:
+                self.stop.wait(max(0.0, self.config.eval_period_s - (time.monotonic() - started)))
 
     @property
     def points(self) -> list[EvalPoint]:
         return self.curve.points
 
     def finish(self) -> None:
+        """Stop the thread, then evaluate the last step's snapshot if it is still waiting."""
         self.stop.set()
-        self.thread.join()
+        if self.thread.ident is not None:  # started
+            self.thread.join()
+        self.evaluate_one()
         self.curve.close()
 
 
@@ -175,8 +198,7 @@ def _train(config: JobConfig, rank: int, world: int, device: torch.device, amp: 
         if decision.item() > 0:
             break
     if rank == 0:
-        evaluations.offer(time.monotonic() - first_step_end, iteration, model)
-        time.sleep(0.1)  # let the evaluator take the final snapshot before it stops
+        evaluations.offer(time.monotonic() - first_step_end, iteration, model, final=True)
         evaluations.finish()
         events.emit("job_done", reason=reason)
         write_result(config, task, target, evaluations, iteration, step_s, reason, events)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import grpc
 import torch
@@ -207,33 +208,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
     async def Init(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.InitReply:
         await self._gate(context)
         try:
-            header, shard_range, payload = None, None, None
-            async for message in self._messages(request_iterator, "Init"):
-                if message.HasField("header"):
-                    if header is not None:
-                        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream has two headers")
-                    header = message.header
-                    self._check_total_numel(header.total_numel)
-                    if header.dtype != WIRE_DTYPE:  # the initial parameters are the fp32 master copy: never rounded
-                        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_dtype", f"dtype {header.dtype!r} is not {WIRE_DTYPE}")
-                    if self.total_numel is not None and header.total_numel != self.total_numel:
-                        raise Rejected(
-                            grpc.StatusCode.FAILED_PRECONDITION,
-                            "layout_mismatch",
-                            f"already initialised with total_numel {self.total_numel}, got {header.total_numel}",
-                        )
-                    try:
-                        shard_range = shard_ranges(header.total_numel, self.config.num_ps)[self.config.ps_index]
-                    except FlatError as exc:
-                        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_layout", str(exc)) from None
-                    payload = ChunkPayload(shard_range.numel, "Init")
-                elif payload is None:
-                    raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream must start with a header")
-                else:
-                    payload.add(message.chunk)
-            if payload is None or header is None or shard_range is None:
-                raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Init stream had no header")
-            initial = payload.finish()
+            header, initial = await self._receive_stream(request_iterator, "Init", self._open_init)
+            shard_range = shard_ranges(header.total_numel, self.config.num_ps)[self.config.ps_index]
         except Rejected as error:
             await self._reject(context, error)
             raise  # unreachable: abort raises
@@ -281,46 +257,72 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         self._carry_out(outcome.effects)
         return pb.PushReply(status=outcome.status.value, version=self.aggregator.version, gradient_id=outcome.gradient_id)
 
-    async def _receive_push(self, request_iterator) -> tuple[pb.PushHeader, torch.Tensor]:
-        shard = self._require_shard()
+    async def _receive_stream(self, request_iterator, what: str, open_payload) -> tuple[Any, torch.Tensor]:
+        """A header message, then the payload's chunks: (header, payload tensor). `open_payload(header)`
+        checks the header (raising Rejected) and returns the payload its chunks fill."""
         header, payload = None, None
-        async for message in self._messages(request_iterator, "Push"):
+        async for message in self._messages(request_iterator, what):
             if message.HasField("header"):
                 if header is not None:
-                    raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream has two headers")
+                    raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", f"{what} stream has two headers")
                 header = message.header
-                self._check_worker_id(header.worker_id)
-                if header.worker_id not in self.registered:
-                    raise Rejected(
-                        grpc.StatusCode.NOT_FOUND, "unknown_worker", f"unknown worker {header.worker_id}: call Register first"
-                    )
-                checked_dtype(header.dtype)
-                if header.numel != shard.range.numel:
-                    raise Rejected(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        "bad_length",
-                        f"numel {header.numel} does not match this shard's length {shard.range.numel}",
-                    )
-                if len(header.contributors) >= self.config.max_workers:
-                    raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_contributors",
-                                    f"{len(header.contributors)} contributors: this PS takes at most {self.config.max_workers} workers")
-                for child in header.contributors:
-                    self._check_worker_id(child)
-                    if child not in self.registered:
-                        raise Rejected(grpc.StatusCode.NOT_FOUND, "unknown_worker",
-                                        f"unknown contributor {child}: it must call Register first")
-                if header.batch_size > MAX_BATCH_SIZE:
-                    raise Rejected(
-                        grpc.StatusCode.INVALID_ARGUMENT, "bad_batch_size", f"batch_size {header.batch_size} exceeds {MAX_BATCH_SIZE}"
-                    )
-                payload = self.mailboxes.push_payload(header, shard.range.numel)  # the transport seam
+                payload = open_payload(header)
             elif payload is None:
-                raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream must start with a header")
+                raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", f"{what} stream must start with a header")
             else:
                 payload.add(message.chunk)
         if header is None or payload is None:
-            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "Push stream had no header")
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", f"{what} stream had no header")
         return header, payload.finish()
+
+    def _open_init(self, header: pb.InitHeader) -> ChunkPayload:
+        """Checks an Init header; the payload is this PS's shard of the initial fp32 parameters."""
+        self._check_total_numel(header.total_numel)
+        if header.dtype != WIRE_DTYPE:  # the initial parameters are the fp32 master copy: never rounded
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_dtype", f"dtype {header.dtype!r} is not {WIRE_DTYPE}")
+        if self.total_numel is not None and header.total_numel != self.total_numel:
+            raise Rejected(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "layout_mismatch",
+                f"already initialised with total_numel {self.total_numel}, got {header.total_numel}",
+            )
+        try:
+            shard_range = shard_ranges(header.total_numel, self.config.num_ps)[self.config.ps_index]
+        except FlatError as exc:
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_layout", str(exc)) from None
+        return ChunkPayload(shard_range.numel, "Init")
+
+    async def _receive_push(self, request_iterator) -> tuple[pb.PushHeader, torch.Tensor]:
+        shard = self._require_shard()
+        return await self._receive_stream(request_iterator, "Push", lambda header: self._open_push(header, shard.range.numel))
+
+    def _open_push(self, header: pb.PushHeader, shard_numel: int):
+        """Checks a Push header; the payload comes through the transport seam (gRPC chunks or a mailbox)."""
+        self._check_worker_id(header.worker_id)
+        if header.worker_id not in self.registered:
+            raise Rejected(
+                grpc.StatusCode.NOT_FOUND, "unknown_worker", f"unknown worker {header.worker_id}: call Register first"
+            )
+        checked_dtype(header.dtype)
+        if header.numel != shard_numel:
+            raise Rejected(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "bad_length",
+                f"numel {header.numel} does not match this shard's length {shard_numel}",
+            )
+        if len(header.contributors) >= self.config.max_workers:
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_contributors",
+                            f"{len(header.contributors)} contributors: this PS takes at most {self.config.max_workers} workers")
+        for child in header.contributors:
+            self._check_worker_id(child)
+            if child not in self.registered:
+                raise Rejected(grpc.StatusCode.NOT_FOUND, "unknown_worker",
+                                f"unknown contributor {child}: it must call Register first")
+        if header.batch_size > MAX_BATCH_SIZE:
+            raise Rejected(
+                grpc.StatusCode.INVALID_ARGUMENT, "bad_batch_size", f"batch_size {header.batch_size} exceeds {MAX_BATCH_SIZE}"
+            )
+        return self.mailboxes.push_payload(header, shard_numel)  # the transport seam
 
     async def Pull(self, request: pb.PullRequest, context: grpc.aio.ServicerContext):
         worker = request.worker_id

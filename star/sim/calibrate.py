@@ -72,6 +72,8 @@ def fit(result: dict[str, Any], curve: list[tuple[float, int, float]], events: l
             "initial_metric": round(curve[0][2], 4),
             "target_metric": target,
             "final_metric": round(final, 4),
+            "eval_period_s": 0.0,  # the evaluator evaluates at parameter versions, not on a clock: TTA is the
+            # time of the update that reached the target (a 0.5 s grid tied strategies a few updates apart)
         },
     }
 

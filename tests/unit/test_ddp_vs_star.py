@@ -71,3 +71,20 @@ def test_rows_picks_a_subset_and_an_unknown_row_exits_2(tmp_path, capsys):
     assert [c.plan.mode for c in calls] == ["ddp", "ssgd"] and figures["star_auto_tta_s"] is None
     assert ddp_vs_star.main(["--rows", "ddp-clean,nope", "--out", str(tmp_path)], run=fake_run([])) == 2
     assert "--rows: unknown nope" in capsys.readouterr().err
+
+
+def test_an_interrupt_stops_the_benchmark_with_exit_130_keeping_the_runs_measured(tmp_path, capsys):
+    """Ctrl-C or SIGTERM during a job (launch_or_stop raises KeyboardInterrupt) ends the whole benchmark;
+    it must not be taken as one short run with the next job started."""
+    calls: list[JobConfig] = []
+    measured = fake_run(calls)
+
+    def run(config: JobConfig) -> dict:
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return measured(config)
+
+    assert ddp_vs_star.main(["--task", "gpt", "--preset", "1m", "--workers", "2", "--ps", "1", "--repeats", "3",
+                             "--out", str(tmp_path)], run=run) == 130
+    assert len(calls) == 2 and "interrupted" in capsys.readouterr().err
+    assert len((tmp_path / "runs.csv").read_text().strip().splitlines()) == 1 + 2  # header + the two runs

@@ -35,6 +35,18 @@ def test_fit_divides_the_shared_cores_out_of_the_compute_time_and_records_the_ho
     assert _fit(host_cores=8.0, workers=4)["base_compute_s"] == pytest.approx(0.24)  # more cores than workers
 
 
+def test_a_fitted_calibration_times_tta_at_the_update_that_reached_the_target():
+    """The real evaluator evaluates at parameter versions, so the fitted simulator must not round TTA
+    up to a wall-clock evaluation grid (which tied strategies a few updates apart)."""
+    from star.sim.config import ConvergenceConfig
+
+    result = {"compute_s_median": 0.24, "comm_s_median": 0.02, "target": 0.95, "updates": 70}
+    tables = fit(result, [(0.0, 0, 0.1), (28.0, 70, 0.95)], [{"kind": "target_reached", "version": 70}],
+                 model_bytes=1000.0, amp_time_factor=0.5, batch_size=64)
+    assert tables["convergence"]["eval_period_s"] == 0.0
+    assert ConvergenceConfig(**tables["convergence"]).eval_period_s == 0.0  # loadable as the simulator's table
+
+
 def test_run_calibration_writes_the_host_the_noise_and_the_resize_cost(tmp_path, monkeypatch):
     """`star calibrate`'s path from a (faked) real run to calibration.toml: the job shares this host's cores."""
     import json

@@ -34,7 +34,17 @@ def test_the_benchmark_ends_with_one_json_line(capsys):
     assert last["cv"] == {"0.0": 0.0}  # both seeds reach a target of 0 at the third evaluation: update 6
 
 
-@pytest.mark.parametrize("argv, named", [(["--task", "nope"], "nope"), (["--targets", "abc"], "abc"), (["--seeds", "0"], "--seeds")])
+def test_a_loss_metric_puts_the_target_on_the_held_out_loss(capsys):
+    """A loss of 100 is reached at the first smoothed evaluation; an accuracy target of 100 never would be."""
+    assert main(["--task", "digits", "--workers", "1", "--batch-size", "8", "--max-steps", "6", "--seeds", "1",
+                 "--metric", "loss", "--targets", "100,0.0001", "--smoothing", "1"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1])["metric"] == "loss"
+    assert "updates [2] reached 1/1" in out[0] and "updates [None] reached 0/1" in out[1]
+
+
+@pytest.mark.parametrize("argv, named", [(["--task", "nope"], "nope"), (["--targets", "abc"], "abc"), (["--seeds", "0"], "--seeds"),
+                                         (["--metric", "loss"], "--targets")])
 def test_bad_input_is_one_line_naming_the_value_with_exit_2(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
