@@ -52,12 +52,15 @@ def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
 
 def _run_launch(args: argparse.Namespace) -> int:
     from star.launch import launch
-    from star.processes import LaunchError
+    from star.processes import InterruptedBeforeResult, LaunchError
 
     config, progress = _job_config(args)
     print(f"star launch: task={config.task} workers={config.workers} ps={config.ps} mode={config.plan.mode} out={config.out}", flush=True)
     try:
         result = launch(config, progress=progress)
+    except InterruptedBeforeResult as exc:
+        print(f"star launch: {exc}", file=sys.stderr)
+        return 130
     except LaunchError as exc:
         print(f"star launch: failed: {exc}", file=sys.stderr)
         return 1

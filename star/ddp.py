@@ -22,7 +22,7 @@ from typing import Callable
 
 from star.cli_checks import check_task
 from star.config import JobConfig, to_toml
-from star.processes import PARENT_PID_ENV, LaunchError
+from star.processes import PARENT_PID_ENV, InterruptedBeforeResult, LaunchError, signals_stop_the_job
 
 RANK_GRACE_S = 10.0
 
@@ -57,24 +57,27 @@ def launch_ddp(config: JobConfig, progress: Callable[[str], None] | None = None,
     started = time.monotonic()
     ranks: list[tuple[int, subprocess.Popen, Path]] = []
     interrupted = False
-    try:
-        for rank in range(config.workers):
-            log_path = out / "logs" / f"worker{rank}.log"
-            with open(log_path, "w") as log:
-                env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-                           **{PARENT_PID_ENV: str(os.getpid())}, **rank_env(config.host, port, rank, config.workers))
-                command = [sys.executable, "-m", "star.ddp_rank", "--config", str(config_path), "--device", device,
-                           *(["--amp"] if amp else [])]
-                ranks.append((rank, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                                     stdin=subprocess.DEVNULL, env=env), log_path))
-        _wait(ranks, out, progress, config.max_time_s + 300.0)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        _stop(ranks)
+    with signals_stop_the_job():  # Ctrl-C and SIGTERM stop the ranks, as they stop a STAR job
+        try:
+            for rank in range(config.workers):
+                log_path = out / "logs" / f"worker{rank}.log"
+                with open(log_path, "w") as log:
+                    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+                               **{PARENT_PID_ENV: str(os.getpid())}, **rank_env(config.host, port, rank, config.workers))
+                    command = [sys.executable, "-m", "star.ddp_rank", "--config", str(config_path), "--device", device,
+                               *(["--amp"] if amp else [])]
+                    ranks.append((rank, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                                         stdin=subprocess.DEVNULL, env=env), log_path))
+            _wait(ranks, out, progress, config.max_time_s + 300.0)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            _stop(ranks)
     result_path = out / "result.json"
     if not result_path.exists():
-        raise LaunchError("interrupted before a result was written" if interrupted else f"no result written to {result_path}")
+        if interrupted:
+            raise InterruptedBeforeResult("interrupted before a result was written")
+        raise LaunchError(f"no result written to {result_path}")
     result = json.loads(result_path.read_text())
     result.update(wall_s=round(time.monotonic() - started, 3), interrupted=interrupted, out=str(out), restarts={})
     result_path.write_text(json.dumps(result, indent=2))

@@ -11,8 +11,11 @@ the coordinator's part: it evaluates snapshots of the parameters on a background
 
 Trace replay: a STAR worker sleeps (factor - 1) x its compute time after computing. Here
 the backward pass contains the all-reduce (it waits for the other ranks), so compute is
-estimated as 3 x the forward time (backward ~ 2 x forward), and the sleep comes between
-forward and backward, where it holds up everyone's all-reduce as a slow GPU would.
+estimated as forward x (1 + r), r = this rank's backward/forward time ratio measured before
+training on a probe batch under `no_sync()` (no all-reduce); the sleep comes between
+forward and backward, where it holds up everyone's all-reduce as a slow GPU would. A fixed
+r = 2 under-counted compute on gpt-1m: a 3x slow step added 0.83 s under DDP against 1.24 s
+under STAR, which flattered DDP under every trace.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ from star.processes import die_with_parent
 from star.tasks import BatchStream, Task, get_task
 from star.traces import load_worker_slowdown, slowdown_sleep_s
 
-BACKWARD_TO_FORWARD = 2.0  # backward ~ 2 x forward: compute ~ 3 x forward, for trace replay
+BACKWARD_TO_FORWARD = 2.0  # backward ~ 2 x forward: the fallback when the probe cannot time a forward
+PROBE_STEPS = 3  # forward+backward steps timed under no_sync() for the replay's backward/forward ratio
 
 
 class Evaluations:
@@ -117,6 +121,32 @@ class Evaluations:
         self.curve.close()
 
 
+def backward_to_forward(ddp: DistributedDataParallel, task: Task, inputs: torch.Tensor, targets: torch.Tensor,
+                        device: torch.device, autocast_dtype: torch.dtype, amp: bool, steps: int = PROBE_STEPS) -> float:
+    """Median backward/forward time ratio of this rank's steps without the all-reduce (`no_sync()`),
+    on a probe batch; the gradients are thrown away. The first step is a warm-up."""
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    ratios = []
+    with ddp.no_sync():
+        for step in range(steps + 1):
+            sync()
+            t0 = time.monotonic()
+            with torch.autocast(device.type, dtype=autocast_dtype, enabled=amp):
+                loss = task.loss_fn(ddp(inputs), targets)
+            sync()
+            t1 = time.monotonic()
+            loss.backward()
+            sync()
+            t2 = time.monotonic()
+            if step and t1 > t0:
+                ratios.append((t2 - t1) / (t1 - t0))
+    ddp.zero_grad(set_to_none=True)
+    return statistics.median(ratios) if ratios else BACKWARD_TO_FORWARD
+
+
 def rendezvous_env() -> tuple[int, int, int]:
     """(rank, world size, local rank) from torchrun's variables; a missing one names itself."""
     values = []
@@ -155,13 +185,18 @@ def _train(config: JobConfig, rank: int, world: int, device: torch.device, amp: 
     trace = config.trace
     slowdown = load_worker_slowdown(trace.path, rank, world, trace.workers, trace.stretch) if trace.path else None
     autocast_dtype = torch.bfloat16 if device.type == "cpu" else torch.float16
+    ratio = BACKWARD_TO_FORWARD
+    if slowdown is not None:  # a probe batch from a stream of its own: the training batches stay STAR's
+        probe_inputs, probe_targets = (t.to(device) for t in BatchStream(task.train, rank, world, seed=config.seed + 1).next_batch(batch_size))
+        ratio = backward_to_forward(ddp, task, probe_inputs, probe_targets, device, autocast_dtype, amp)
     scaler = torch.amp.GradScaler("cuda") if amp and device.type == "cuda" else None
     out = Path(config.out)
     target = config.target if config.target is not None else task.default_target
     events = EventLog(out / "events.jsonl") if rank == 0 else None
     evaluations = Evaluations(task, model, config, target, out, events) if rank == 0 else None
     if events is not None:
-        events.emit("ddp_start", workers=world, task=config.task, backend=dist.get_backend(), device=str(device), amp=amp)
+        events.emit("ddp_start", workers=world, task=config.task, backend=dist.get_backend(), device=str(device), amp=amp,
+                    replay_backward_to_forward=round(ratio, 3) if slowdown is not None else None)
         evaluations.thread.start()
     step_s: list[float] = []
     first_step_end: float | None = None
@@ -175,7 +210,7 @@ def _train(config: JobConfig, rank: int, world: int, device: torch.device, amp: 
             loss = task.loss_fn(ddp(inputs), targets)
         forward_s = time.monotonic() - t0
         factor = slowdown.factor_at(iteration) if slowdown else 1.0
-        time.sleep(slowdown_sleep_s(forward_s * (1 + BACKWARD_TO_FORWARD), factor))
+        time.sleep(slowdown_sleep_s(forward_s * (1 + ratio), factor))
         if scaler is not None:
             scaler.scale(loss).backward()
             scaler.step(optimizer)

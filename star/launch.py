@@ -12,7 +12,6 @@ import dataclasses
 import json
 import os
 import secrets
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -24,7 +23,8 @@ import grpc
 from star.config import JobConfig, to_toml
 from star.ddp_rules import DDP_MODE
 from star.node_agent import NodeAgent
-from star.processes import Child, LaunchError, ProcessGroup, _tail, _wait_ready
+from star.processes import (Child, InterruptedBeforeResult, LaunchError, ProcessGroup, _tail, _wait_ready,
+                            signals_stop_the_job)
 from star.metrics import METRICS_FILE, check_metrics_ports, ps_metrics_port, ready_metrics_port, write_metrics_file
 from star.straggler import format_summary
 from star.rpc import star_pb2 as pb
@@ -81,7 +81,10 @@ def _security_flags(config: JobConfig) -> list[str]:
 def launch_or_stop(config: JobConfig) -> dict:
     """launch() for a benchmark that runs many jobs: a Ctrl-C or SIGTERM that interrupted this job
     stops the whole benchmark (KeyboardInterrupt), instead of being taken as one short run."""
-    result = launch(config)
+    try:
+        result = launch(config)
+    except InterruptedBeforeResult:
+        raise KeyboardInterrupt from None
     if result.get("interrupted"):
         raise KeyboardInterrupt
     return result
@@ -111,56 +114,41 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     started = time.monotonic()
     interrupted = False
     outages = CoordinatorOutages()
-    previous_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    stop_requested = threading.Event()
-
-    def on_signal(signum, frame):
-        if stop_requested.is_set():
-            return  # already stopping: a second Ctrl-C must not break the shutdown with a traceback
-        stop_requested.set()  # also seen by the monitor loop, should the exception be swallowed on its way up
-        raise KeyboardInterrupt
-
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    if in_main_thread:  # Ctrl-C and SIGTERM to the launcher shut the job down
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
-
     agent: NodeAgent | None = None
 
     def ps_args(i: int, ready: Path) -> list[str]:
         return ps_command(config, optimizer, config.host, i, ready, checkpoints, job_id)
 
-    try:
-        served = start_ps_daemons(group, ps_args, range(config.ps), config.host, startup_timeout_s, checkpoints, restore_dir)
-        addresses = [served[i][1] for i in range(config.ps)]
-        coordinator_address = start_coordinator(group, config, config.host, addresses, out, startup_timeout_s)
-        if config.metrics_port is not None:
-            urls = write_metrics_file(out, config.host, ready_metrics_port(group.log_dir / "coordinator.ready"),
-                                      [ready_metrics_port(group.log_dir / f"ps{i}.ready") for i in range(config.ps)])
-            if progress:
-                progress(f"metrics: {urls['coordinator']} (coordinator), {', '.join(map(str, urls['ps']))} (PSs)")
-        # This host's agent: resource reports to the coordinator, and the PS moves it orders.
-        agent = NodeAgent(config.host, 0, group, ps_args, credentials, str(checkpoints))
-        for i, (child, ps_address) in served.items():
-            agent.adopt_ps(i, child, ps_address)
-        agent.start(coordinator_address)
-        start_workers(group, config, range(config.workers), coordinator_address)
-        _monitor(group, coordinator_address, progress, credentials, config.faults.max_restarts, stop=stop_requested,
-                 outages=outages)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        if agent is not None:
-            agent.stop()
-        group.shutdown()
-        sweep_mailboxes()  # shared memory of any PS that did not exit cleanly
-        if in_main_thread:
-            for signum, handler in previous_handlers.items():
-                signal.signal(signum, handler)
+    with signals_stop_the_job() as stop_requested:  # Ctrl-C and SIGTERM to the launcher shut the job down
+        try:
+            served = start_ps_daemons(group, ps_args, range(config.ps), config.host, startup_timeout_s, checkpoints, restore_dir)
+            addresses = [served[i][1] for i in range(config.ps)]
+            coordinator_address = start_coordinator(group, config, config.host, addresses, out, startup_timeout_s)
+            if config.metrics_port is not None:
+                urls = write_metrics_file(out, config.host, ready_metrics_port(group.log_dir / "coordinator.ready"),
+                                          [ready_metrics_port(group.log_dir / f"ps{i}.ready") for i in range(config.ps)])
+                if progress:
+                    progress(f"metrics: {urls['coordinator']} (coordinator), {', '.join(map(str, urls['ps']))} (PSs)")
+            # This host's agent: resource reports to the coordinator, and the PS moves it orders.
+            agent = NodeAgent(config.host, 0, group, ps_args, credentials, str(checkpoints))
+            for i, (child, ps_address) in served.items():
+                agent.adopt_ps(i, child, ps_address)
+            agent.start(coordinator_address)
+            start_workers(group, config, range(config.workers), coordinator_address)
+            _monitor(group, coordinator_address, progress, credentials, config.faults.max_restarts, stop=stop_requested,
+                     outages=outages)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            if agent is not None:
+                agent.stop()
+            group.shutdown()
+            sweep_mailboxes()  # shared memory of any PS that did not exit cleanly
     result_path = out / "result.json"
     if not result_path.exists():
-        raise LaunchError("interrupted before a result was written" if interrupted else f"no result written to {result_path}")
+        if interrupted:
+            raise InterruptedBeforeResult("interrupted before a result was written")
+        raise LaunchError(f"no result written to {result_path}")
     result = json.loads(result_path.read_text())
     result.setdefault("faults", {}).update(coordinator_restarts=outages.restarts,
                                            coordinator_down_s=round(outages.seconds, 3))

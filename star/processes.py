@@ -6,6 +6,7 @@ the coordinator), so neither imports the other.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -22,7 +23,38 @@ class LaunchError(RuntimeError):
     """The job could not run to its end (a child crashed, a daemon never came up)."""
 
 
+class InterruptedBeforeResult(LaunchError):
+    """Ctrl-C or SIGTERM stopped the job before it wrote result.json."""
+
+
 PARENT_PID_ENV = "STAR_PARENT_PID"
+
+
+@contextlib.contextmanager
+def signals_stop_the_job():
+    """Within it, Ctrl-C (SIGINT) and SIGTERM to a launcher raise KeyboardInterrupt once, so the job is
+    shut down in order; a second signal during that shutdown is ignored rather than breaking it with a
+    traceback. Yields the Event the first signal sets (for loops that might swallow the exception).
+    Off the main thread, where Python cannot install handlers, it only yields the Event."""
+    stop_requested = threading.Event()
+
+    def on_signal(signum, frame):
+        if stop_requested.is_set():
+            return
+        stop_requested.set()
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield stop_requested
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for signum in previous:
+        signal.signal(signum, on_signal)
+    try:
+        yield stop_requested
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def die_with_parent() -> None:

@@ -39,7 +39,7 @@ class AmpDecision:
     worker: int
     amp: bool
     reason: str
-    speedup: float = 1.0  # switching off a verified AMP: the speed-up it had (to restore the worker's plain speed)
+    speedup: float = 1.0  # switching AMP off: the speed-up it measured (< 1 if it slowed the worker), to restore its plain speed
 
 
 @dataclass
@@ -100,6 +100,7 @@ class AmpPolicy:
                 worker,
                 False,
                 f"AMP did not help ({w.baseline_s * 1e3:.3f} -> {time_s * 1e3:.3f} ms/sample); undone, marked ineffective",
+                speedup=w.baseline_s / time_s,  # measured, < 1 when AMP slowed it: batch sizing restores its plain speed
             )
         if w.state is AmpState.ON and not slow:
             w.state, w.speedup = AmpState.OFF, 1.0

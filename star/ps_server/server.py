@@ -21,7 +21,7 @@ from star.ps_server.checkpointing import CheckpointSchedule, ShardCheckpointer
 from star.ps_server.config import PSConfig, Rejected, check_relay_address
 from star.ps_server.handover import HandOver
 from star.ps_server.restoring import Restoring
-from star.ps_server.shard import ShardState, Snapshot, all_finite
+from star.ps_server.shard import ShardState, Snapshot, all_finite, summation_order
 from star.ps_server.transport import ChunkPayload, Mailboxes, checked_dtype
 from star.aggregate import Aggregator, Effects, PushRejected, RejectCode
 from star.flat import WIRE_DTYPE, FlatError, shard_ranges
@@ -52,6 +52,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         self._gradients: dict[int, torch.Tensor] = {}
         self._batch_sizes: dict[int, int] = {}
         self._counts: dict[int, int] = {}  # gradient id -> gradients its payload sums (tree pushes: > 1)
+        self._senders: dict[int, int] = {}  # gradient id -> the worker that pushed it (the summation order)
         self.relay_addresses: dict[int, str] = {}  # worker -> where it takes tree children's gradients
         self._tree: tuple[SyncPlan | None, dict[int, tuple[int, ...]], dict[int, int]] = (None, {}, {})
         self.push_bytes_received = 0
@@ -147,9 +148,12 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         shard = self.shard
         self.waits.settled(effects, None, 0.0)  # forget rounds flushed without a closer
         for apply in effects.applies:
-            gradients = [self._gradients.pop(gid) for gid in apply.gradient_ids]
-            batches = [self._batch_sizes.pop(gid, 0) for gid in apply.gradient_ids]
-            counts = [self._counts.pop(gid, 1) for gid in apply.gradient_ids]
+            ids = summation_order(apply.gradient_ids, self._senders)
+            gradients = [self._gradients.pop(gid) for gid in ids]
+            batches = [self._batch_sizes.pop(gid, 0) for gid in ids]
+            counts = [self._counts.pop(gid, 1) for gid in ids]
+            for gid in ids:
+                self._senders.pop(gid, None)
             if len(gradients) >= 2 and all(batches):
                 self.noise.observe(gradients, batches, counts)  # before the in-place sum below
             assert shard is not None
@@ -157,6 +161,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             if self._first_update is None:
                 self._first_update = time.monotonic()
         for drop in effects.drops:
+            self._senders.pop(drop.gradient_id, None)
             self._gradients.pop(drop.gradient_id, None)
             self._batch_sizes.pop(drop.gradient_id, None)
             self._counts.pop(drop.gradient_id, None)
@@ -248,6 +253,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         self.push_bytes_received += gradient.numel() * gradient.element_size()
         if usable:
             self._gradients[outcome.gradient_id] = gradient
+            self._senders[outcome.gradient_id] = header.worker_id
             self._batch_sizes[outcome.gradient_id] = header.batch_size
             if header.contributors:
                 self._counts[outcome.gradient_id] = 1 + len(header.contributors)

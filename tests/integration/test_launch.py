@@ -175,6 +175,28 @@ def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
     assert result["interrupted"] is True and result["reached"] is False
 
 
+def test_sigterm_to_a_ddp_launch_stops_every_rank_with_exit_130(tmp_path):
+    """The DDP baseline's launcher treats SIGTERM (and Ctrl-C) as a STAR launch does: it stops its ranks,
+    leaves none running and exits 130."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "star.cli", "launch", "--task", "digits", "--workers", "2", "--mode", "ddp",
+         "--max-time-s", "300", "--target", "1.01", "--out", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        _wait_for_training(tmp_path, process)
+        ranks = [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
+        assert len(ranks) >= 2
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, output
+    time.sleep(0.5)
+    assert _descendants_alive(ranks) == []
+
+
 def test_a_crashed_ps_with_no_restarts_left_fails_the_launch_and_stops_the_rest(tmp_path):
     process = _start_endless_job(tmp_path, "--faults.max_restarts", "0")
     try:

@@ -373,6 +373,22 @@ def test_when_a_verified_amp_worker_turns_amp_off_its_batch_is_sized_for_its_spe
     assert off.batch_sizes and off.batch_sizes[3] < 32  # sized for 2 ms/sample, not the 1 ms it showed with AMP
 
 
+def test_when_amp_slowed_a_straggler_and_is_undone_its_batch_is_sized_for_its_speed_without_amp():
+    """gpt-1m on this CPU: bf16 autocast took the straggler from 73 to 132 ms/sample. The decision that
+    undid AMP sized the worker for 132 ms (the speed it showed under AMP), giving it 5 of 64 samples
+    where its plain 73 ms called for 8, until its next speed change was confirmed."""
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    slow3 = {w: WorkerSummary(4e-3 if w == 3 else 1e-3, 0.002, 32, 0, 8) for w in range(4)}
+    decisions = [controller.decide(p, plan, slow3) for p in range(2)]
+    assert decisions[1].amp == {3: True}
+    plain_size = controller.batch_sizes[3]  # sized at detection for its 4 ms/sample without AMP
+    slowed = {**slow3, 3: WorkerSummary(7e-3, 0.002, plain_size, 3, 3)}  # 3 reports under AMP: 7 ms/sample
+    undone = controller.decide(2, plan, slowed)
+    assert undone.amp == {3: False} and "did not help" in next(e["reason"] for e in undone.events if e["kind"] == "amp")
+    assert controller.batch_sizes[3] == plain_size  # back at its plain speed: not cut further for AMP's 7 ms
+
+
 def test_without_workers_shrinks_groups_and_quorums():
     from star.plan import kofn
 

@@ -64,3 +64,15 @@ def test_launch_or_stop_returns_a_finished_job_s_result(monkeypatch):
 
     monkeypatch.setattr(star.launch, "launch", lambda config: {"reached": True, "interrupted": False})
     assert star.launch.launch_or_stop(None)["reached"] is True
+
+
+def test_launch_or_stop_turns_an_interruption_before_any_result_into_a_stop_of_the_benchmark(monkeypatch):
+    import star.launch
+    from star.processes import InterruptedBeforeResult
+
+    def interrupted(config):
+        raise InterruptedBeforeResult("interrupted before a result was written")
+
+    monkeypatch.setattr(star.launch, "launch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        star.launch.launch_or_stop(None)
