@@ -143,10 +143,12 @@ def _descendants_alive(pids: list[int]) -> list[int]:
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
-def _start_endless_job(out: Path, *extra: str) -> subprocess.Popen:
-    """A `star launch` that would train for minutes (unreachable target), once it is training."""
+def _start_endless_job(out: Path, *extra: str, ddp: bool = False) -> subprocess.Popen:
+    """A `star launch` (`ddp`: of the DDP baseline) that would train for minutes (unreachable target),
+    once it is training."""
+    servers = ["--mode", "ddp"] if ddp else ["--ps", "1"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "star.cli", "launch", "--task", "digits", "--workers", "2", "--ps", "1", "--max-time-s", "300",
+        [sys.executable, "-m", "star.cli", "launch", "--task", "digits", "--workers", "2", *servers, "--max-time-s", "300",
          "--target", "1.01", "--out", str(out), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -158,17 +160,23 @@ def _start_endless_job(out: Path, *extra: str) -> subprocess.Popen:
     return process
 
 
-def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
-    process = _start_endless_job(tmp_path)
+def _stop_with(process: subprocess.Popen, signum: int) -> tuple[int, str, list[int]]:
+    """Send `signum` to a training launcher and wait for it: (its exit code, its output, the pids of its
+    children before the signal)."""
     try:
         children = [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
-        assert len(children) >= 4
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         output, _ = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 130, output
+    return process.returncode, output, children
+
+
+def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
+    code, output, children = _stop_with(_start_endless_job(tmp_path), signal.SIGINT)
+    assert len(children) >= 4
+    assert code == 130, output
     time.sleep(0.5)
     assert _descendants_alive(children) == []
     result = json.loads((tmp_path / "result.json").read_text())
@@ -178,21 +186,9 @@ def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
 def test_sigterm_to_a_ddp_launch_stops_every_rank_with_exit_130(tmp_path):
     """The DDP baseline's launcher treats SIGTERM (and Ctrl-C) as a STAR launch does: it stops its ranks,
     leaves none running and exits 130."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "star.cli", "launch", "--task", "digits", "--workers", "2", "--mode", "ddp",
-         "--max-time-s", "300", "--target", "1.01", "--out", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        _wait_for_training(tmp_path, process)
-        ranks = [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
-        assert len(ranks) >= 2
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 130, output
+    code, output, ranks = _stop_with(_start_endless_job(tmp_path, ddp=True), signal.SIGTERM)
+    assert len(ranks) >= 2
+    assert code == 130, output
     time.sleep(0.5)
     assert _descendants_alive(ranks) == []
 
