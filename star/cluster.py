@@ -5,10 +5,13 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
+import numpy as np
+
 from star.control_loop import PsInput
 from star.coordinator_checks import ABSURD_S
 from star.policy.noise import noise_scale
 from star.policy.controller import WorkerSummary
+from star.report_book import WINDOW, ReportBook
 from star.rpc import star_pb2 as pb
 from star.rpc.common import host_of
 
@@ -20,6 +23,7 @@ class ClusterView:
         self.num_workers = num_workers
         self.reports: dict[int, deque[pb.IterationReport]] = {}
         self.window = window
+        self.book = ReportBook(num_workers, window=min(WINDOW, window), keep=window)  # what the Controller reads
         self.joined: set[int] = set()
         self.ignored: dict[str, int] = {}
         self.last_seen_s: dict[int, float] = {}
@@ -33,6 +37,7 @@ class ClusterView:
         if report.heartbeat:
             if report.worker_id in self.reports:
                 self.last_seen_s[report.worker_id] = now_s
+                self.book.heard(report.worker_id, now_s)
             return False
         history = self.reports.setdefault(report.worker_id, deque(maxlen=self.window))
         if history and report.iteration <= history[-1].iteration:
@@ -44,6 +49,11 @@ class ClusterView:
             return self._ignore("absurd_time")
         history.append(report)
         self.last_seen_s[report.worker_id] = now_s
+        if report.batch_size > 0:
+            self.book.record(np.array([report.worker_id]), now_s, np.array([report.compute_s]), report.push_s,
+                             np.array([report.batch_size]), np.array([report.amp]))
+        else:
+            self.book.record_without_speed(report.worker_id, now_s)
         if self._first_report_s is None:
             self._first_report_s = now_s
         return True
@@ -51,29 +61,20 @@ class ClusterView:
     def forget(self, worker: int) -> None:
         """Drop a worker's history (it restarted); it is judged again once it has reported anew."""
         self.reports.pop(worker, None)
+        self.book.forget(worker)
 
     def _ignore(self, reason: str) -> bool:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1
         return False
 
-    def summaries(self, now_s: float, amp_state: dict[int, bool], window: int = 4) -> dict[int, WorkerSummary]:
-        """Per worker: medians over its latest reports made under its current AMP setting."""
-        out = {}
-        for worker, history in self.reports.items():
-            recent = [r for r in history if r.amp == amp_state.get(worker, False) and r.batch_size > 0][-window:]
-            silent = now_s - self.last_seen_s.get(worker, now_s)
-            if not recent:
-                out[worker] = WorkerSummary(1.0, 0.0, 1, 0, 0, silent)
-                continue
-            out[worker] = WorkerSummary(
-                per_sample_s=statistics.median(r.compute_s / r.batch_size for r in recent),
-                comm_s=2 * statistics.median(r.push_s for r in recent),
-                batch_size=recent[-1].batch_size,
-                amp_reports=sum(1 for r in recent if r.amp),
-                reports=len(recent),
-                silent_s=silent,
-            )
-        return out
+    def summaries(self, now_s: float, amp_state: dict[int, bool]) -> dict[int, WorkerSummary]:
+        """Per worker: medians over its latest reports made under its current AMP setting (the rule
+        is `star.report_book`'s, which the simulator runs too)."""
+        amp = np.zeros(self.num_workers, dtype=bool)
+        for worker, on in amp_state.items():
+            if 0 <= worker < self.num_workers:
+                amp[worker] = on
+        return self.book.summaries(now_s, amp)
 
     def compute_vs_comm(self) -> dict[str, float | None]:
         """Median compute and communication seconds per iteration over the recent reports.

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
+from typing import TypeVar
 
 from star.trace_values import (
     PAI_COLUMNS, SIMPLE_COLUMNS, PAI_MARKERS, SIMPLE_MARKERS, WorkerList, check_factor, check_index, check_num_workers,
@@ -61,6 +62,19 @@ __all__ = [
 ]
 
 # ------------------------------------------------------------------ per-run-worker
+
+
+IntOrArray = TypeVar("IntOrArray")
+
+
+def trace_position(iteration: IntOrArray, stretch: Fraction, max_iteration: int) -> IntOrArray:
+    """The trace row a run's 0-based iteration replays: iteration / stretch, rounded down to the
+    row's integer iteration and wrapped around at max_iteration. Kept in integers (iteration x den
+    // num) so that boundaries are exact. Works on an int and, elementwise, on an integer numpy
+    array (the simulator replays many workers at once with this same rule)."""
+    scaled = iteration * stretch.denominator
+    scaled %= max_iteration * stretch.numerator
+    return scaled // stretch.numerator
 
 
 @dataclass(frozen=True)
@@ -127,16 +141,17 @@ class WorkerSlowdown:
         """Run iterations the trace covers before it wraps around."""
         return float(self.max_iteration * self._stretch_q)
 
+    @property
+    def stretch_fraction(self) -> Fraction:
+        """The stretch as the exact fraction that trace positions are computed with."""
+        return self._stretch_q
+
     def factor_at(self, iteration: int) -> float:
         """Slowdown factor for this worker's 0-based ``iteration``; O(log rows)."""
         iteration = check_index(iteration, "iteration")
         if not self.iterations:
             return 1.0
-        # Trace position = iteration / stretch = iteration * den / num, kept in integers
-        # so that boundaries are exact; wrap when it reaches max_iteration.
-        scaled = iteration * self._stretch_q.denominator
-        scaled %= self.max_iteration * self._stretch_q.numerator
-        position = scaled // self._stretch_q.numerator  # rows start on integer iterations
+        position = trace_position(iteration, self._stretch_q, self.max_iteration)
         index = bisect_right(self.iterations, position) - 1
         return self.factors[max(index, 0)]
 

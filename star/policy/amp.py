@@ -30,6 +30,7 @@ class AmpConfig:
     min_gain: float = 0.1  # the per-sample time must fall by at least this fraction to keep AMP on
     verify_reports: int = 3  # fresh iterations (with AMP on) needed before judging a toggle
     assumed_speedup: float = 2.0  # with batch sizing on: AMP is not tried where even this speed-up would gain < min_added_gain
+    # (once AMP was verified on some worker, the best speed-up measured replaces this assumption)
     min_added_gain: float = 0.03  # with batch sizing on: AMP stays only if it cuts the predicted iteration by this much
     # beyond batch sizes alone (it costs bf16 precision and a verification period with the worker's batch held)
 
@@ -54,6 +55,14 @@ class _WorkerAmp:
 class AmpPolicy:
     config: AmpConfig = field(default_factory=AmpConfig)
     workers: dict[int, _WorkerAmp] = field(default_factory=dict)
+    measured: list[float] = field(default_factory=list)  # every verification's speed-up, on any worker of this job
+
+    def expected_speedup(self) -> float:
+        """What AMP can be expected to do for a straggler not tried yet: the best speed-up it has
+        measured on this job's model (every worker runs it), else the configured assumption. So
+        once AMP slowed a worker down, it is not tried on the next straggler with a verification
+        that would cost that worker's speed again; a worker it did speed up keeps it eligible."""
+        return max(self.measured) if self.measured else self.config.assumed_speedup
 
     def enabled(self, worker: int) -> bool:
         return self.workers.get(worker, _WorkerAmp()).state in (AmpState.VERIFYING, AmpState.ON)
@@ -92,6 +101,7 @@ class AmpPolicy:
             w.state, w.baseline_s = AmpState.VERIFYING, time_s
             return AmpDecision(worker, True, f"straggler: per-sample compute {time_s * 1e3:.3f} ms; trying AMP")
         if w.state is AmpState.VERIFYING and amp_reports >= self.config.verify_reports:
+            self.measured.append(w.baseline_s / time_s)
             if time_s <= w.baseline_s * (1 - self.config.min_gain):
                 w.state, w.speedup = AmpState.ON, w.baseline_s / time_s
                 return AmpDecision(worker, True, f"verified: AMP sped this worker up {w.speedup:.2f}x; stays on")

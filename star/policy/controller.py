@@ -96,6 +96,13 @@ class WorkerSummary(NamedTuple):
     amp_reports: int  # recent reports that ran with AMP on
     reports: int  # recent reports summarised
     silent_s: float = 0.0  # seconds since its last report
+    recent_per_sample_s: float | None = None  # median over fewer, newer reports: what batch sizing acts on (None: per_sample_s)
+
+    @property
+    def sizing_per_sample_s(self) -> float:
+        """The per-sample time batch sizing acts on: the newest reports' when known. A slowdown shows
+        in them a report or two before it dominates the longer median the detector judges."""
+        return self.per_sample_s if self.recent_per_sample_s is None else self.recent_per_sample_s
 
 
 @dataclass(frozen=True)
@@ -195,7 +202,7 @@ class Controller:
         # A worker re-measuring after an AMP switch (judged before, too few fresh reports now) keeps its
         # batch size and AMP setting; the others are decided on without waiting for it.
         held = {w for w in current.workers if w not in self.lost and w not in active} if c.batch else set()
-        per_sample = {w: s.per_sample_s for w, s in active.items()} if c.batch else {}  # per sample from now on
+        per_sample = {w: s.sizing_per_sample_s for w, s in active.items()} if c.batch else {}  # per sample from now on
         amp: dict[int, bool] = {}
         just_on: set[int] = set()  # AMP switched on at this decision
         if c.amp:
@@ -327,16 +334,19 @@ class Controller:
 
     def _skip_redundant_amp(self, stragglers: frozenset[int], active: Mapping[int, WorkerSummary],
                             per_sample: Mapping[int, float], held: set[int], events: list[dict[str, Any]]) -> None:
-        """Do not try AMP on a straggler that batch sizes alone balance about as well as even a best-case AMP would."""
-        best = self.config.amp_policy.assumed_speedup
+        """Do not try AMP on a straggler that batch sizes alone balance about as well as even a best-case AMP
+        would: the assumed speed-up, or the best one AMP measured on this job so far."""
+        best = self.amp.expected_speedup()
+        measured = bool(self.amp.measured)
         for w in sorted(stragglers):
             if self.amp.workers.get(w) is not None and self.amp.workers[w].state is not AmpState.OFF:
                 continue
             added = self._amp_added_gain(w, per_sample, active, held, best)
             if added is not None and added.gain < self.config.amp_policy.min_added_gain:
                 self.amp.mark_redundant(w)
+                reason = added.explain(w, best, self.config.amp_policy.min_added_gain, measured=False)
                 events.append({"kind": "amp_skipped", "worker": w, "amp": False,
-                               "reason": added.explain(w, best, self.config.amp_policy.min_added_gain, measured=False)})
+                               "reason": reason + (" (the best speed-up AMP measured on this job)" if measured else "")})
 
     def _keep_amp_under_batch(self, d: AmpDecision, active: Mapping[int, WorkerSummary], per_sample: Mapping[int, float],
                               held: set[int]) -> AmpDecision:

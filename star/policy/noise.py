@@ -38,8 +38,13 @@ class NoiseAccumulator:
         for gradient in gradients[1:]:
             total.add_(gradient)
         big = float(total.pow(2).sum()) / sum(counts) ** 2
-        b = sum(batch_sizes) / len(batch_sizes)
-        values = (small, big, b, float(sum(batch_sizes)))
+        self.observe_norms(small, big, sum(batch_sizes) / len(batch_sizes), float(sum(batch_sizes)))
+
+    def observe_norms(self, small_sq: float, big_sq: float, small_batch: float, big_batch: float) -> None:
+        """One round's mean squared norm of its gradients, squared norm of their mean, and the batches
+        (per gradient, summed): the EMA rule on its own, so the simulator feeds it norms it draws
+        (star.sim.noise_draws) and runs the PS's estimator, not a copy of it."""
+        values = (small_sq, big_sq, small_batch, big_batch)
         if self.rounds == 0:
             self.small_sq, self.big_sq, self.small_batch, self.big_batch = values
         else:

@@ -6,8 +6,10 @@ feedback of a worker's own batch size on its per-sample time (fixed per-iteratio
 spread over fewer or more samples) — makes the sizes churn. So the solver sees a
 reference speed per worker that moves only when the worker's smoothed time (an EMA) has
 stayed outside a band around the reference for `confirm` decisions in a row; then the
-reference (and the EMA) jump to the mean of the raw measurements of that streak, so a
-real step is followed in one move rather than chased by the lagging EMA. Noisy but stationary speeds never move it; a real
+reference (and the EMA) jump to the latest raw measurement of that streak, so a real step
+is followed in one move rather than chased by the lagging EMA. (Not the streak's mean: its
+first measurements straddle the step, as their reports were made partly before it, and a
+mean of them sizes a straggler for a speed it has already left behind.) Noisy but stationary speeds never move it; a real
 change moves it after `confirm` decisions. Pure: no clock, no I/O.
 """
 
@@ -58,7 +60,7 @@ class SpeedTracker:
             track.streak = (track.streak + [s] if side == track.side else [s]) if side else []
             track.side = side
             if len(track.streak) >= self.confirm:
-                new = sum(track.streak) / len(track.streak)
+                new = track.streak[-1]
                 changes.append(SpeedChange(w, track.reference_s, new))
                 track.reference_s = track.ema_s = new
                 track.side, track.streak = 0, []

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from star.config import ConfigError, PlanConfig, from_dict, load_toml, merge
+from star.placement import PlacementConfig
 from star.policy.controller import ControlConfig
 
 
@@ -65,16 +66,96 @@ class ConvergenceConfig:
     target_metric: float = 0.95  # metric reached exactly when progress == updates_to_target
     final_metric: float = 1.0  # metric approached as progress grows without bound
     eval_period_s: float = 0.5  # simulated evaluator period: TTA is the first evaluation at or past target (0: exact)
+    noise_norm_dof: float = 20.0  # b_noise > 0: chi-square degrees of freedom of drawn gradient norms (lower: noisier PS estimate)
 
     def __post_init__(self) -> None:
         _require(self.updates_to_target > 0, "convergence.updates_to_target", self.updates_to_target, "must be > 0")
         _require(self.b_noise >= 0, "convergence.b_noise", self.b_noise, "must be >= 0")
+        _require(math.isfinite(self.noise_norm_dof) and self.noise_norm_dof > 0, "convergence.noise_norm_dof",
+                 self.noise_norm_dof, "must be > 0")
         _require(self.staleness_penalty >= 0, "convergence.staleness_penalty", self.staleness_penalty, "must be >= 0")
         _require(0 < self.amp_update_worth <= 1, "convergence.amp_update_worth", self.amp_update_worth, "must be in (0, 1]")
         _require(self.eval_period_s >= 0, "convergence.eval_period_s", self.eval_period_s, "must be >= 0")
         lo, hi = sorted((self.initial_metric, self.final_metric))
         _require(lo < self.target_metric < hi, "convergence.target_metric", self.target_metric,
                  f"must lie strictly between initial_metric and final_metric ({self.initial_metric}, {self.final_metric})")
+
+
+Schedule = tuple[tuple[float, float], ...]  # (from this many seconds on, value), by time
+
+
+def _numbers(text: str, name: str, count: int, low: float, what: str) -> tuple[float, ...]:
+    """One number for all `count` items, or one per item ("a;b;c"), each > `low`."""
+    try:
+        values = tuple(float(v) for v in str(text).split(";"))
+    except ValueError:
+        raise ConfigError(name, text, "expected numbers separated by ';'") from None
+    _require(len(values) in (1, count), name, text, f"one value, or one per {what} ({count})")
+    _require(all(math.isfinite(v) and v > low for v in values), name, text, f"every value must be > {low:g}")
+    return values * count if len(values) == 1 else values
+
+
+def _schedule(entry: str, name: str, text: str) -> Schedule:
+    """A constant "U" or steps "T:U,T:U" (U from T seconds on; 0 before the first step)."""
+    if ":" not in entry:
+        entry = f"0:{entry}"
+    try:
+        steps = tuple((float(t), float(u)) for t, u in (step.split(":") for step in entry.split(",")))
+    except ValueError:
+        raise ConfigError(name, text, "each host's entry is a number U or steps T:U,T:U") from None
+    times = [t for t, _ in steps]
+    _require(all(math.isfinite(t) and t >= 0 for t in times) and times == sorted(set(times)), name, text,
+             "step times must be >= 0 and increasing")
+    _require(all(math.isfinite(u) and u >= 0 for _, u in steps), name, text, "utilisations must be >= 0")
+    return steps
+
+
+@dataclass(frozen=True)
+class PsHostsConfig:
+    """PS shards on PS hosts whose NICs the job's pushes and pulls share with other traffic (star.sim.ps_hosts).
+    With shards = 0 (the default) no PS host is modelled: no traffic guard, pacing or re-placement runs."""
+
+    shards: int = 0  # PS shards (0: PS hosts not modelled)
+    hosts: int = 2  # PS hosts ps0, ps1, ...; shards start where star.placement.place puts them (see `placement`)
+    link_bytes_per_s: str = "1.25e9"  # each PS host's NIC link, bytes/s per direction: one value for all, or "a;b;..." per host
+    background_util: str = "0"  # others' traffic on a PS NIC, share of its link: "U" or steps "T:U,T:U" (U from T s on); "a;b;.." per host
+    shard_bytes: str | None = None  # bytes of one push of each shard, "a;b;..." (None: cost.model_bytes split evenly)
+    cpu_count: int = 32  # cores of a PS host: re-placement predicts a shard's CPU cost with it (PS CPU load is not modelled)
+    min_link_share: float = 0.05  # share of its link the job keeps on a PS host however busy (flows share a saturated NIC)
+    move_s: float = 5.0  # seconds a shard move takes; it completes at the first decision at or after that
+    move_slowdown: float = 2.0  # transfers to a shard take this many times as long while it moves (its state streams out)
+
+    def __post_init__(self) -> None:
+        _require(self.shards >= 0, "ps_hosts.shards", self.shards, "must be >= 0 (0: PS hosts not modelled)")
+        _require(self.hosts >= 1, "ps_hosts.hosts", self.hosts, "must be >= 1")
+        _require(self.cpu_count >= 1, "ps_hosts.cpu_count", self.cpu_count, "must be >= 1")
+        _require(0 < self.min_link_share <= 1, "ps_hosts.min_link_share", self.min_link_share, "must be in (0, 1]")
+        _require(math.isfinite(self.move_s) and self.move_s >= 0, "ps_hosts.move_s", self.move_s, "must be >= 0")
+        _require(math.isfinite(self.move_slowdown) and self.move_slowdown >= 1, "ps_hosts.move_slowdown",
+                 self.move_slowdown, "must be >= 1")
+        self.links()
+        self.backgrounds()
+        if self.shard_bytes is not None:
+            _require(self.shards >= 1, "ps_hosts.shard_bytes", self.shard_bytes, "needs ps_hosts.shards >= 1")
+            self.shard_sizes(1.0)
+
+    def links(self) -> tuple[float, ...]:
+        """Per host: its link, bytes/s per direction."""
+        return _numbers(self.link_bytes_per_s, "ps_hosts.link_bytes_per_s", self.hosts, 0.0, "host")
+
+    def backgrounds(self) -> tuple[Schedule, ...]:
+        """Per host: its background utilisation schedule."""
+        entries = str(self.background_util).split(";")
+        _require(len(entries) in (1, self.hosts), "ps_hosts.background_util", self.background_util,
+                 f"one entry, or one per host ({self.hosts})")
+        schedules = tuple(_schedule(e.strip(), "ps_hosts.background_util", self.background_util) for e in entries)
+        return schedules * self.hosts if len(schedules) == 1 else schedules
+
+    def shard_sizes(self, model_bytes: float) -> tuple[float, ...]:
+        """Per shard: bytes of one push."""
+        if self.shard_bytes is None:
+            return (model_bytes / self.shards,) * self.shards
+        return _numbers(self.shard_bytes, "ps_hosts.shard_bytes", self.shards, 0.0, "shard")
 
 
 @dataclass(frozen=True)
@@ -95,6 +176,8 @@ class SimConfig:
     cost: CostConfig = field(default_factory=CostConfig)
     convergence: ConvergenceConfig = field(default_factory=ConvergenceConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
+    ps_hosts: PsHostsConfig = field(default_factory=PsHostsConfig)  # PS shards, their hosts' NICs (default: not modelled)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)  # with ps_hosts: where shards start, re-placement (as star launch)
 
     def __post_init__(self) -> None:
         _require(self.workers >= 1, "workers", self.workers, "must be >= 1")

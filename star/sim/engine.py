@@ -10,14 +10,19 @@ is advanced on its own, one round (one event) at a time, vectorised over its mem
 - singleton groups (ASGD, excluded stragglers) advance all together, one iteration per
   step; with an SSP bound they run one event at a time (exact, meant for small N).
 
-These are the rules of `star.aggregate.Aggregator` (tests check both agree on small
-cases). Every update is logged with its gradients' pull times; at the end of a period
+These are the rules of `star.aggregate.Aggregator`, vectorised: the Aggregator applies
+one push at a time, too slow for 1,000 workers. `tests/unit/test_sim_aggregation.py`
+fuzzes this loop against the Aggregator itself (hypothesis: plans, 2-12 workers,
+changing traces, PS update time, plan switches): the same gradients must be applied at
+the same moments. Every update is logged with its gradients' pull times; at the end of a period
 the log is sorted and each gradient's staleness = updates applied between its pull and
 its apply, which the convergence model turns into progress. Then the coordinator's
 control loop steps (`star.control_loop.ControlLoop.step`, as in the daemon): reports ->
 WorkerSummary -> `Controller.decide` -> AMP / batch directives (they apply from each
 worker's next iteration) and plan switches (open rounds are applied, gradients in
-flight are refused and their workers pull again, as a real PS and worker do).
+flight are refused and their workers pull again, as a real PS and worker do). The loop
+gets the PS's B_noise estimate (`star.sim.noise_draws`) and, with `ps_hosts`, the PS
+hosts' NICs (`star.sim.ps_hosts`): shard moves, pacing and saturation change transfers.
 """
 
 from __future__ import annotations
@@ -29,13 +34,16 @@ from typing import Any
 import numpy as np
 
 from star.plan import LatePolicy, SyncPlan
-from star.control_loop import ControlLoop, PsInput, Reports
+from star.control_loop import ControlLoop, Reports
 from star.policy.controller import for_strategy
 from star.sim.config import SimConfig
 from star.sim.convergence import ConvergenceModel
 from star.sim.cost import CostModel
+from star.sim.noise_draws import NoiseDraws
+from star.sim.ps_hosts import PsHosts, coordinator_view, paced
 from star.sim.replay import FactorTable
-from star.sim.reports import ReportBook
+from star.sim.update_log import ApplyHistory, UpdateLog
+from star.report_book import ReportBook
 from star.traces import Trace, load_trace
 
 
@@ -44,66 +52,6 @@ class SimResult:
     result: dict[str, Any]
     curve: list[tuple[float, int, float]]  # (time_s since the first update, version, metric)
     events: list[dict[str, Any]] = field(default_factory=list)
-
-
-class _UpdateLog:
-    """Updates of one period: apply time, summed batch, and their gradients' pull times."""
-
-    def __init__(self) -> None:
-        self.times: list[np.ndarray] = []
-        self.batch: list[np.ndarray] = []
-        self.starts: list[np.ndarray] = []
-        self.owner: list[np.ndarray] = []  # per gradient entry: index of its update in this log
-        self.weight: list[np.ndarray] = []  # per gradient entry: how many gradients share this pull time
-        self.count = 0
-
-    def one(self, t: float, batch: float, starts: np.ndarray) -> None:
-        """One update summing the gradients pulled at `starts`."""
-        lo, hi = starts.min(), starts.max()
-        if lo == hi:
-            s, w = np.array([lo]), np.array([float(len(starts))])
-        else:
-            s, counts = np.unique(starts, return_counts=True)
-            w = counts.astype(float)
-        self.times.append(np.array([t]))
-        self.batch.append(np.array([batch], dtype=float))
-        self.starts.append(s)
-        self.weight.append(w)
-        self.owner.append(np.full(len(s), self.count))
-        self.count += 1
-
-    def many(self, times: np.ndarray, batch: np.ndarray, starts: np.ndarray) -> None:
-        """Single-gradient updates (ASGD pushes, late gradients)."""
-        n = len(times)
-        if n == 0:
-            return
-        self.times.append(times)
-        self.batch.append(batch.astype(float))
-        self.starts.append(starts)
-        self.weight.append(np.ones(n))
-        self.owner.append(np.arange(self.count, self.count + n))
-        self.count += n
-
-
-class _History:
-    """All apply times so far, sorted (amortised-doubling array), for versions at pull time."""
-
-    def __init__(self) -> None:
-        self._data = np.empty(1024)
-        self.size = 0
-
-    def extend(self, times: np.ndarray) -> None:
-        need = self.size + len(times)
-        if need > len(self._data):
-            grown = np.empty(max(need, 2 * len(self._data)))
-            grown[: self.size] = self._data[: self.size]
-            self._data = grown
-        self._data[self.size : need] = times
-        self.size = need
-
-    def version_at(self, t: np.ndarray) -> np.ndarray:
-        """Updates applied at or before each time."""
-        return np.searchsorted(self._data[: self.size], t, side="right")
 
 
 class Simulation:
@@ -116,11 +64,13 @@ class Simulation:
         self.cost = CostModel(c.cost, FactorTable(trace, n, c.trace_workers, c.trace_stretch), self.rng, n)
         self.conv = ConvergenceModel(c.convergence, n, c.cost.base_batch)
         self.control = for_strategy(c.control, c.plan.mode)
-        self.loop = ControlLoop(self.control, n, c.cost.base_batch)
+        self.loop = ControlLoop(self.control, n, c.cost.base_batch, c.placement)
         self.controller = self.loop.controller
-        self.ps = PsInput(b_noise=c.convergence.b_noise)  # no PS layout: the simulator has no hosts
+        self.noise = NoiseDraws(c.convergence.b_noise, c.convergence.noise_norm_dof, c.seed)
+        self.ps_hosts = PsHosts(c.ps_hosts, c.placement, c.cost, n) if c.ps_hosts.shards else None
         self.book = ReportBook(n)
         self.fixed_s = self.cost.fixed_s()
+        self.push_s = self.cost.transfer_s  # seconds of a push as workers report it (ps_hosts: as transfers now take)
         self.ps_s = c.cost.ps_update_s
         self.amp_worth = c.convergence.amp_update_worth
         # Per-worker state of the computation in progress.
@@ -136,10 +86,12 @@ class Simulation:
         self.amp = np.zeros(n, dtype=bool)  # directives in force
         self.batch = np.full(n, c.cost.base_batch, dtype=np.int64)
         self.clock = np.zeros(n, dtype=np.int64)  # SSP: pushes under the plan in force
+        self.pulled = np.zeros(n)  # when the PS took the pull of the computation in progress (its plan: the one then)
+        self.pull_at = np.full(n, np.inf)  # SSP: when a worker whose push was applied pulls again (inf: not pulling)
         self.counters = {"dropped_late": 0, "refused": 0, "late_applied": 0}
         self.events: list[dict[str, Any]] = []
         self.counts: dict[str, int] = {}
-        self.history = _History()
+        self.history = ApplyHistory()
         self.progress = 0.0
         self.first_update_s: float | None = None
         self.curve: list[tuple[float, int, float]] = []
@@ -167,30 +119,43 @@ class Simulation:
         self.outsiders = np.flatnonzero(~in_plan)  # lost workers: their pushes are refused
         self.rnd[:] = 0
         self.clock[:] = 0
+        self.pull_at[:] = np.inf  # a pull still pending was restarted by the switch (it counts as blocked)
 
-    def _switch(self, plan: SyncPlan, now: float, log: _UpdateLog) -> None:
+    def _switch(self, plan: SyncPlan, now: float, log: UpdateLog) -> None:
         """A new epoch: apply the open rounds, refuse gradients in flight, restart SSP clocks."""
         for g, (members, _) in enumerate(self.sync_groups):
             arrived = members[(self.rnd[members] == self.round[g]) & (self.arrive[members] <= now) & ~self.stale[members]]
             if len(arrived):
                 log.one(now + self.ps_s, self._samples(arrived).sum(), self.start[arrived])
+                self.noise.round(self.cur_batch, arrived)  # the PS's B_noise estimate sees it
                 self._start_iteration(arrived, np.full(len(arrived), now + self.ps_s))
-        blocked = np.flatnonzero(np.isinf(self.arrive))
+        blocked = np.flatnonzero(np.isinf(self.arrive))  # by SSP, or (pull_at) waiting for their push's apply
         if len(blocked):
-            self._start_iteration(blocked, np.full(len(blocked), now))
-        self.stale |= self.arrive > now
+            pending = self.pull_at[blocked]
+            self._start_iteration(blocked, np.where(np.isfinite(pending), np.maximum(now, pending), now))
+        self.stale |= (self.arrive > now) & (self.pulled < now)  # pulled under the old plan; a pull at or after `now` is under the new one
         self.set_plan(plan)
 
     # ---- per-worker steps -------------------------------------------------------
-    def _start_iteration(self, workers: np.ndarray, t0: np.ndarray) -> None:
+    def _start_iteration(self, workers: np.ndarray, t0: np.ndarray, pulled: np.ndarray | None = None) -> None:
+        """Each worker starts computing at t0. `pulled`: when the PS took its pull (default t0); a pull
+        released by a round's close is taken at the close, and answered once the update is applied."""
+        self.pulled[workers] = t0 if pulled is None else pulled
         amp, batch = self.amp[workers], self.batch[workers]
         compute = self.cost.start(workers, t0, self.iters[workers], amp, batch)
         self.cur_compute[workers] = compute
         self.cur_amp[workers] = amp
         self.cur_batch[workers] = batch
         self.start[workers] = t0
-        self.arrive[workers] = t0 + self.fixed_s + compute
+        arrive, pace = t0 + self.fixed_s + compute, self.plan.push_pace_bytes_per_s  # pace: the traffic guard's (ps_hosts)
+        self.arrive[workers] = paced(arrive, self.arrive[workers], self.config.cost.model_bytes / pace) if pace else arrive
         self.reported[workers] = False
+
+    def _released_at(self, members: np.ndarray, close: float, t: float) -> np.ndarray:
+        """When the PS took the pulls of a round's members: the one whose push closed the round pulls
+        after its push returns (t, the update applied); the others' pulls were waiting and are taken
+        at the close."""
+        return np.where(self.arrive[members] >= close, t, close)
 
     def _samples(self, workers: np.ndarray) -> np.ndarray:
         """Samples each worker's gradient is worth to the convergence model: its batch, x amp_update_worth under AMP."""
@@ -203,7 +168,7 @@ class Simulation:
         if len(workers) == 0:
             return
         self.iters[workers] += 1
-        self.book.record(workers, self.arrive[workers], self.cur_compute[workers], self.cost.transfer_s,
+        self.book.record(workers, self.arrive[workers], self.cur_compute[workers], self.push_s,
                          self.cur_batch[workers], self.cur_amp[workers])
         self.reported[workers] = True
 
@@ -218,7 +183,7 @@ class Simulation:
             self._start_iteration(refused, self.arrive[refused].copy())
 
     # ---- groups -----------------------------------------------------------------
-    def _run_sync(self, g: int, members: np.ndarray, end: float, log: _UpdateLog) -> None:
+    def _run_sync(self, g: int, members: np.ndarray, end: float, log: UpdateLog) -> None:
         while True:
             self._resolve_refused(members, end, self.round[g])
             close = self.arrive[members].max()
@@ -228,11 +193,12 @@ class Simulation:
             self._finish(members)
             t = close + self.ps_s
             log.one(t, self._samples(members).sum(), self.start[members])
+            self.noise.round(self.cur_batch, members)  # the PS's B_noise estimate sees it
             self.round[g] += 1
             self.rnd[members] = self.round[g]
-            self._start_iteration(members, np.full(len(members), t))
+            self._start_iteration(members, np.full(len(members), t), self._released_at(members, close, t))
 
-    def _run_kofn(self, g: int, members: np.ndarray, quorum: int, end: float, log: _UpdateLog) -> None:
+    def _run_kofn(self, g: int, members: np.ndarray, quorum: int, end: float, log: UpdateLog) -> None:
         late_apply = self.plan.late_policy is LatePolicy.APPLY
         while True:
             r = self.round[g]
@@ -261,11 +227,15 @@ class Simulation:
             self._finish(winners)
             t = close + self.ps_s
             log.one(t, self._samples(winners).sum(), self.start[winners])
+            self.noise.round(self.cur_batch, winners)  # the PS's B_noise estimate sees it
             self.round[g] += 1
             self.rnd[winners] = self.round[g]
-            self._start_iteration(winners, np.full(len(winners), t))
+            # Late workers are restarted in bulk against an estimate of the close; one that pulled again
+            # at or after the actual close computes for the next round, as the Aggregator counts it.
+            self.rnd[candidates[self.start[candidates] >= close]] = self.round[g]
+            self._start_iteration(winners, np.full(len(winners), t), self._released_at(winners, close, t))
 
-    def _run_singles(self, members: np.ndarray, end: float, log: _UpdateLog, apply: bool = True) -> None:
+    def _run_singles(self, members: np.ndarray, end: float, log: UpdateLog, apply: bool = True) -> None:
         if self.plan.staleness_bound is not None and apply:
             self._run_ssp(members, end, log)
             return
@@ -283,12 +253,23 @@ class Simulation:
             self._start_iteration(due, t)
             members = due
 
-    def _run_ssp(self, members: np.ndarray, end: float, log: _UpdateLog) -> None:
-        """One push at a time: a pull blocks while the worker is > bound pushes ahead of the slowest."""
+    def _run_ssp(self, members: np.ndarray, end: float, log: UpdateLog) -> None:
+        """One event at a time, pushes and pulls in time order. A worker pulls once its push's update
+        is applied (ps_update_s after the push arrived), and that pull blocks while the worker is
+        > bound pushes ahead of the slowest: the Aggregator's rule, judged when the pull is made."""
         bound = self.plan.staleness_bound
         self._resolve_refused(members, end)
         while True:
             i = members[np.argmin(self.arrive[members])]
+            p = members[np.argmin(self.pull_at[members])]
+            if self.pull_at[p] < self.arrive[i]:
+                t = self.pull_at[p]
+                if t >= end:
+                    return
+                self.pull_at[p] = np.inf
+                if self.clock[p] - self.clock[members].min() <= bound:
+                    self._start_iteration(np.array([p]), np.array([t]))
+                continue  # else blocked (arrive and pull_at both inf) until the slowest catches up
             a = self.arrive[i]
             if a >= end:
                 return
@@ -301,18 +282,17 @@ class Simulation:
             log.many(np.array([t]), self._samples(one), self.start[one])
             slowest = self.clock[members].min()
             self.clock[i] += 1
-            if self.clock[i] - slowest > bound:
-                self.arrive[i] = np.inf
-            else:
-                self._start_iteration(one, np.array([t]))
+            self.arrive[i] = np.inf
+            self.pull_at[i] = t
             new_slowest = self.clock[members].min()
             if new_slowest > slowest:
-                blocked = members[np.isinf(self.arrive[members]) & (self.clock[members] - new_slowest <= bound)]
+                blocked = members[np.isinf(self.arrive[members]) & np.isinf(self.pull_at[members])
+                                  & (self.clock[members] - new_slowest <= bound)]
                 if len(blocked):
-                    self._start_iteration(blocked, np.full(len(blocked), t))
+                    self._start_iteration(blocked, np.full(len(blocked), t), np.full(len(blocked), a))
 
     # ---- accounting -------------------------------------------------------------
-    def _account(self, log: _UpdateLog, end: float) -> None:
+    def _account(self, log: UpdateLog, end: float) -> None:
         """Staleness and progress of this period's updates; evaluation points; TTA."""
         if log.count:
             times = np.concatenate(log.times)
@@ -359,18 +339,24 @@ class Simulation:
             self.progress = float(cum[-1])
 
     # ---- the coordinator's step -------------------------------------------------
-    def _decide(self, now: float, log: _UpdateLog) -> None:
+    def _decide(self, now: float, log: UpdateLog) -> None:
         """The coordinator's control loop (star.control_loop, as the daemon runs it); its actions applied here.
         The loop numbers the periods it decided in, not the simulator's (result "decisions"): they differ
         by the periods before the first report, and the policies only use differences of period numbers."""
         tick = time.perf_counter()
-        actions = self.loop.step(now, Reports(self.plan, self.book.summaries(now, self.amp)), self.ps)
+        pushes = int(self.iters.sum())  # every iteration ends in a push (a refused one crosses the link too)
+        ps, hosts = coordinator_view(now, self.noise.estimate(), self.ps_hosts, pushes)
+        actions = self.loop.step(now, Reports(self.plan, self.book.summaries(now, self.amp), pushes), ps, hosts)
         self.controller_s += time.perf_counter() - tick
         if actions.error is not None:
             raise actions.error
-        for event in actions.events:
-            self.counts[event.kind] = self.counts.get(event.kind, 0) + 1
-            self.events.append({"t": round(now, 4), "kind": event.kind, **event.fields})
+        events = [{"t": round(now, 4), "kind": e.kind, **e.fields} for e in actions.events]
+        if self.ps_hosts is not None:  # the move first, as the daemon performs Actions
+            self.fixed_s, self.push_s, moves = self.ps_hosts.perform(now, actions.move)
+            events = moves + events
+        for event in events:
+            self.counts[event["kind"]] = self.counts.get(event["kind"], 0) + 1
+            self.events.append(event)
         for worker, on in actions.directives.amp.items():
             self.amp[worker] = on
         for worker, size in actions.directives.batch_sizes.items():
@@ -387,7 +373,7 @@ class Simulation:
         wall = time.perf_counter()
         period_s = self.control.decision_period_s
         now, period, reason = 0.0, 0, "max_iterations"
-        log = _UpdateLog()
+        log = UpdateLog()
         while True:
             end = now + period_s
             for g, (members, quorum) in enumerate(self.sync_groups):
@@ -407,7 +393,7 @@ class Simulation:
             if now >= c.max_time_s:
                 reason = "max_time"
                 break
-            log = _UpdateLog()  # a plan switch's flushed rounds belong to the next period
+            log = UpdateLog()  # a plan switch's flushed rounds belong to the next period
             self._decide(now, log)
             period += 1
         self.decisions = period
@@ -442,6 +428,10 @@ class Simulation:
             "controller_s": round(self.controller_s, 4),
             "wall_s": round(wall_s, 4),
         }
+        if self.ps_hosts is not None:
+            result.update({k: self.counts.get(k, 0) for k in ("ps_moved", "plan_deferred", "pace")})
+        if self.noise.on:
+            result["b_noise_estimate"] = round(self.noise.value, 2)
         return SimResult(result, self.curve, self.events)
 
 

@@ -1,9 +1,9 @@
 """Vectorised trace replay: the slowdown factor of many (worker, iteration) pairs at once.
 
 Built from the trace's rows with star.traces' rules (the run-worker -> trace-worker
-mapping of `Trace.trace_worker_for`, and the stretch and wrap-around of
-`WorkerSlowdown.factor_at`; the first run worker's `Trace.slowdown_for` validates the
-mapping and the stretch), in O(workers + rows): asking `slowdown_for` for every run worker
+mapping of `Trace.trace_worker_for`; the stretch and wrap-around are
+`star.traces.trace_position`, which `WorkerSlowdown.factor_at` uses too; the first run
+worker's `Trace.slowdown_for` validates the mapping and the stretch), in O(workers + rows): asking `slowdown_for` for every run worker
 costs O(workers x rows), 20 s for 10,000 workers. The lookup is batched (one
 searchsorted over all workers' rows), so 1,000 workers cost one numpy call per step.
 Tests check it agrees with `Trace.for_run_workers` factor by factor.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from star.trace_values import WorkerList, parse_worker_list
-from star.traces import Trace
+from star.traces import Trace, trace_position
 
 
 class FactorTable:
@@ -29,9 +29,8 @@ class FactorTable:
             None if trace_workers is None else tuple(trace_workers))
         first = trace.slowdown_for(0, num_workers, mapping, stretch)  # validates the mapping and the stretch
         sources = trace.workers
-        self._num = first._stretch_q.numerator
-        self._den = first._stretch_q.denominator
-        self._span = first.max_iteration * self._num
+        self._stretch = first.stretch_fraction
+        self._max_iteration = first.max_iteration
         self._stride = first.max_iteration + 1
         keys, factors, offsets = [], [], []
         for run_worker in range(num_workers):
@@ -53,6 +52,6 @@ class FactorTable:
         """Slowdown factors for paired arrays of worker ids and 0-based iterations."""
         if self._keys is None:
             return np.ones(len(workers))
-        position = (iterations.astype(np.int64) * self._den % self._span) // self._num
+        position = trace_position(iterations.astype(np.int64), self._stretch, self._max_iteration)
         index = np.searchsorted(self._keys, workers * self._stride + position, side="right") - 1
         return self._factors[np.maximum(index, self._offsets[workers])]

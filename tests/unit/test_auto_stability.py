@@ -4,6 +4,7 @@ real change, and never keeping a combination that does worse than one of its par
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from star.plan import ssgd
 from star.policy.amp import AmpState
@@ -113,3 +114,68 @@ def test_a_confirmed_step_moves_the_reference_to_the_new_level_in_one_move():
     moves = [tracker.observe({0: 3.0}) for _ in range(6)]
     assert [len(m) for m in moves] == [0, 1, 0, 0, 0, 0]
     assert tracker.reference([0]) == {0: 3.0}
+
+
+def test_a_step_whose_first_measurement_straddles_it_moves_the_reference_to_the_latest():
+    tracker = SpeedTracker(alpha=0.3, band=0.15, confirm=2)
+    tracker.observe({0: 1.0})
+    assert tracker.observe({0: 2.0}) == []  # reports from before and after the step: half-way
+    assert [c.new_s for c in tracker.observe({0: 3.0})] == [3.0]  # not the streak's mean, 2.5
+
+
+def report_stream(speed_at, seconds: float, noise_cv: float, seed: int = 0, batch: int = 32, period_s: float = 1.0):
+    """Four workers reporting every iteration (per-sample time x batch, lognormal noise per report),
+    summarised by the coordinator's own rule (ReportBook) and decided on by a batch Controller once a
+    period. speed_at(worker, t) is the worker's true per-sample time at time t."""
+    from star.report_book import ReportBook
+
+    rng = np.random.default_rng(seed)
+    controller = Controller(for_strategy(ControlConfig(), "batch"), 4, batch)
+    book, plan = ReportBook(4), ssgd(range(4), epoch=1)
+    next_report = np.zeros(4)
+    decisions = []
+    for period in range(int(seconds / period_s)):
+        end = (period + 1) * period_s
+        for w in range(4):
+            while next_report[w] < end:
+                size = controller.batch_sizes.get(w, batch)
+                compute = speed_at(w, next_report[w]) * size * float(rng.lognormal(0.0, noise_cv))
+                next_report[w] += compute
+                book.record(np.array([w]), next_report[w], np.array([compute]), 0.002, np.array([size]), np.array([False]))
+        decisions.append(controller.decide(period, plan, book.summaries(end, np.zeros(4, dtype=bool))))
+    return controller, decisions
+
+
+def test_noisy_stationary_reports_resize_once_and_then_never():
+    _, decisions = report_stream(lambda w, t: STRAGGLED[w], 120.0, noise_cv=0.1)
+    assert resizes(decisions) == [0]
+
+
+def test_a_step_in_the_reports_is_sized_for_its_new_speed_at_the_first_move():
+    """Steps of 0.3 s, and 0.9 s for a worker 3x slower from t = 20 s (digits on this machine): the
+    first resize after the step already sizes it for about 3x, not for a speed diluted by reports
+    from before the step."""
+    step_s = 20.0
+    _, decisions = report_stream(lambda w, t: 30e-3 if w == 3 and t >= step_s else 10e-3, 40.0, noise_cv=0.1)
+    after = [i for i in resizes(decisions) if i >= step_s]
+    assert after and after[0] <= step_s + 4
+    moved = next(e for e in decisions[after[0]].events if e["kind"] == "batch_sizes")
+    assert moved["per_sample_ms"]["3"] == pytest.approx(30.0, rel=0.15)
+
+
+def test_after_amp_slowed_one_straggler_auto_does_not_try_it_on_the_next():
+    """The model is the same on every worker: AMP that slowed worker 3 (0.6x) is not tried on worker 2
+    when it straggles later, where the assumed 2x would have had it tried."""
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    slow3 = {0: 1e-3, 1: 1e-3, 2: 1e-3, 3: 3e-3}
+    tried = [controller.decide(p, plan, summaries(slow3)) for p in range(2)]
+    assert tried[1].amp == {3: True}
+    undone = [controller.decide(p, plan, summaries({**slow3, 3: 5e-3}, {3: 8})) for p in range(2, 5)]
+    assert [d.amp for d in undone if d.amp] == [{3: False}]
+    assert controller.amp.workers[3].state is AmpState.INEFFECTIVE
+    slow2 = {0: 1e-3, 1: 1e-3, 2: 3e-3, 3: 1e-3}
+    later = [controller.decide(p, plan, summaries(slow2)) for p in range(5, 12)]
+    assert not any(d.amp for d in later)
+    skipped = [e for d in later for e in d.events if e["kind"] == "amp_skipped"]
+    assert [e["worker"] for e in skipped] == [2] and "measured on this job" in skipped[0]["reason"]

@@ -165,40 +165,6 @@ def test_factor_table_matches_the_trace_replay_rules():
     assert table.factors(workers, iterations).tolist() == expected
 
 
-def test_report_book_summarises_what_the_coordinators_cluster_view_does():
-    """Same reports in, same WorkerSummary out: window 4 under the current AMP setting, within the last 20."""
-    from star.cluster import ClusterView
-    from star.coordinator import CoordinatorConfig
-    from star.rpc import star_pb2 as pb
-    from star.sim.reports import KEEP, ReportBook
-
-    assert KEEP == CoordinatorConfig.__dataclass_fields__["report_window"].default
-    rng = np.random.default_rng(7)
-    n = 5
-    view, book = ClusterView(n, KEEP), ReportBook(n)
-    iteration = np.zeros(n, dtype=np.int64)
-    amp_now = np.zeros(n, dtype=bool)
-    for step in range(400):
-        w = int(rng.integers(n))
-        if rng.random() < 0.08:  # AMP toggles, sometimes for long stretches
-            amp_now[w] = not amp_now[w]
-        compute, push, batch = float(rng.uniform(0.01, 0.2)), float(rng.uniform(0.001, 0.01)), int(rng.integers(8, 128))
-        iteration[w] += 1
-        t = step * 0.01
-        view.accept(pb.IterationReport(worker_id=w, iteration=int(iteration[w]), compute_s=compute, push_s=push,
-                                       batch_size=batch, amp=bool(amp_now[w])), t)
-        book.record(np.array([w]), np.array([t]), np.array([compute]), push, np.array([batch]), amp_now[[w]])
-        if step % 7 == 0:
-            state = amp_now ^ (rng.random(n) < 0.3)  # also ask under the setting a worker does not run
-            expected = view.summaries(t, {i: bool(state[i]) for i in range(n)})
-            got = book.summaries(t, state)
-            assert set(got) == set(expected)
-            for i in expected:
-                e, g = expected[i], got[i]
-                assert (g.reports, g.amp_reports, g.batch_size) == (e.reports, e.amp_reports, e.batch_size)
-                assert g.per_sample_s == pytest.approx(e.per_sample_s) and g.comm_s == pytest.approx(e.comm_s)
-
-
 @pytest.mark.parametrize("run_workers,mapping,stretch", [(6, None, 1.0), (3, [2, 2, 0], 2.5), (4, "1,0,2,1", 0.07)])
 def test_factor_table_matches_the_trace_for_any_mapping_and_rows_not_starting_at_zero(run_workers, mapping, stretch):
     # worker 0 starts at iteration 5, worker 1 at 0, worker 2 at 13; run workers beyond the trace replay no slowdown

@@ -1,0 +1,127 @@
+"""Per-worker iteration reports and the WorkerSummary values the Controller reads: one rule
+for the coordinator (`star.cluster.ClusterView`) and the simulator.
+
+Per worker it keeps the latest `keep` reports (CoordinatorConfig.report_window, 20)
+whatever their AMP setting, and summarises the latest `window` (4) of those made under
+the worker's *current* AMP setting: median compute seconds per sample, 2 x median push
+seconds, the batch size of the latest of them, how many there are, and seconds since the
+worker was last heard of; and for batch sizing, the median of only the latest
+`SIZING_WINDOW` (2) of them, which a step in speed fills two reports sooner (sizing has its
+own smoothing and hysteresis, `star.policy.speeds`; the detector keeps the steadier median). So right after an AMP toggle a worker has no (or few) matching
+reports and the Controller waits for fresh ones, and reports under the other setting
+older than `keep` iterations are gone. Stored as numpy ring buffers (one row per worker),
+so summarising 1,000 simulated workers is a few array operations plus building the
+summary objects, and the daemon's 4-16 workers cost microseconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from star.policy.controller import WorkerSummary
+
+KEEP = 20  # reports kept per worker: star.coordinator.CoordinatorConfig.report_window's default (a test checks)
+WINDOW = 4  # of those, the latest this many under the current AMP setting are summarised
+SIZING_WINDOW = 2  # and the latest this many of them give the per-sample time batch sizing acts on
+
+
+def _median_rows(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Median of each row's valid entries (nan where none): a sort of a few columns, no masked arrays."""
+    ordered = np.sort(np.where(valid, values, np.inf), axis=1)
+    n = valid.sum(axis=1)
+    rows = np.arange(len(values))
+    lo = ordered[rows, np.maximum((n - 1) // 2, 0)]
+    hi = ordered[rows, np.maximum(n // 2, 0)]
+    return np.where(n > 0, np.where(n % 2 == 1, lo, (lo + hi) / 2), np.nan)
+
+
+def _newest(valid: np.ndarray, seq: np.ndarray, k: int) -> np.ndarray:
+    """Mask of each row's k valid entries with the largest report numbers."""
+    newest_first = np.argsort(np.where(valid, -seq, 1), axis=1, kind="stable")[:, :k]
+    mask = np.zeros_like(valid)
+    np.put_along_axis(mask, newest_first, True, axis=1)
+    return mask & valid
+
+
+class ReportBook:
+    """Per worker and AMP setting, a ring of its latest `window` reports, each with its report number.
+
+    The latest `window` reports under one setting among the latest `keep` overall are exactly
+    the entries of that setting's ring whose number is > count - keep - 1, so the 20-report
+    deque of ClusterView never needs to be stored.
+    """
+
+    def __init__(self, num_workers: int, window: int = WINDOW, keep: int = KEEP):
+        if not 1 <= window <= keep:
+            raise ValueError(f"need 1 <= window ({window}) <= keep ({keep})")
+        self.window = window
+        self.keep = keep
+        shape = (2, num_workers, window)
+        self.per_sample_s = np.full(shape, np.nan)
+        self.push_s = np.full(shape, np.nan)
+        self.batch = np.zeros(shape, dtype=np.int64)
+        self.seq = np.full(shape, -1, dtype=np.int64)  # the worker's report number (-1: empty slot)
+        self.count_amp = np.zeros((2, num_workers), dtype=np.int64)  # reports made under each setting
+        self.count = np.zeros(num_workers, dtype=np.int64)  # reports made
+        self.last_s = np.full(num_workers, np.nan)  # time of the latest report (nan: never reported)
+
+    def record(self, workers: np.ndarray, now_s: np.ndarray | float, compute_s: np.ndarray, push_s: np.ndarray | float,
+               batch: np.ndarray, amp: np.ndarray) -> None:
+        """One report per listed worker (each listed at most once, each with a batch > 0)."""
+        a = amp.astype(np.int64)
+        slot = self.count_amp[a, workers] % self.window
+        self.per_sample_s[a, workers, slot] = compute_s / batch
+        self.push_s[a, workers, slot] = push_s
+        self.batch[a, workers, slot] = batch
+        self.seq[a, workers, slot] = self.count[workers]
+        self.count_amp[a, workers] += 1
+        self.count[workers] += 1
+        self.last_s[workers] = now_s
+
+    def record_without_speed(self, worker: int, now_s: float) -> None:
+        """A report with no batch (0 samples): it counts among the latest `keep`, but has no
+        speed to summarise."""
+        self.count[worker] += 1
+        self.last_s[worker] = now_s
+
+    def heard(self, worker: int, now_s: float) -> None:
+        """A sign of life without timings (a heartbeat from a worker blocked in a pull): it is not
+        silent, but its speeds stay as they were. Ignored for a worker that never reported."""
+        if not np.isnan(self.last_s[worker]):
+            self.last_s[worker] = now_s
+
+    def forget(self, worker: int) -> None:
+        """Drop a worker's reports (it restarted): it is summarised again once it reports anew."""
+        self.per_sample_s[:, worker] = np.nan
+        self.push_s[:, worker] = np.nan
+        self.batch[:, worker] = 0
+        self.seq[:, worker] = -1
+        self.count_amp[:, worker] = 0
+        self.count[worker] = 0
+        self.last_s[worker] = np.nan
+
+    def summaries(self, now_s: float, amp_state: np.ndarray) -> dict[int, WorkerSummary]:
+        """WorkerSummary per worker that has reported at least once (as ClusterView does)."""
+        workers = np.flatnonzero(~np.isnan(self.last_s))
+        if len(workers) == 0:
+            return {}
+        a = amp_state[workers].astype(np.int64)
+        seq = self.seq[a, workers]
+        valid = (seq >= 0) & (seq >= (self.count[workers] - self.keep)[:, None])  # still in the 20-report deque
+        per_sample_s = self.per_sample_s[a, workers]
+        per_sample = _median_rows(per_sample_s, valid)
+        sizing = _median_rows(per_sample_s, _newest(valid, seq, min(SIZING_WINDOW, self.window)))
+        comm = 2 * _median_rows(self.push_s[a, workers], valid)
+        reports = valid.sum(axis=1)
+        latest = (self.count_amp[a, workers] - 1) % self.window
+        latest_batch = self.batch[a, workers, latest]
+        silent = now_s - self.last_s[workers]
+        out = {}
+        for w, ps, cs, b, amp_on, n, quiet, recent in zip(workers.tolist(), per_sample.tolist(), comm.tolist(),
+                                                         latest_batch.tolist(), a.tolist(), reports.tolist(),
+                                                         silent.tolist(), sizing.tolist()):
+            if n == 0:
+                out[w] = WorkerSummary(1.0, 0.0, 1, 0, 0, quiet)
+            else:
+                out[w] = WorkerSummary(ps, cs, b, n if amp_on else 0, n, quiet, recent)
+        return out

@@ -1,0 +1,88 @@
+"""The report book: the one rule that turns workers' iteration reports into the summaries the
+Controller reads, run by the coordinator's ClusterView and by the simulator."""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+import numpy as np
+import pytest
+
+from star.cluster import ClusterView
+from star.coordinator import CoordinatorConfig
+from star.report_book import KEEP, SIZING_WINDOW, WINDOW, ReportBook
+from star.rpc import star_pb2 as pb
+
+
+def plain_summary(history: deque, amp_on: bool, window: int = WINDOW):
+    """The rule written plainly: the latest `window` reports under the current AMP setting among
+    the kept ones; (per-sample median, 2 x push median, latest batch, reports)."""
+    recent = [r for r in history if r["amp"] == amp_on and r["batch"] > 0][-window:]
+    if not recent:
+        return (1.0, 0.0, 1, 0, None)
+    return (statistics.median(r["compute"] / r["batch"] for r in recent), 2 * statistics.median(r["push"] for r in recent),
+            recent[-1]["batch"], len(recent), statistics.median(r["compute"] / r["batch"] for r in recent[-SIZING_WINDOW:]))
+
+
+def test_the_book_keeps_as_many_reports_as_the_coordinator_does_by_default():
+    assert KEEP == CoordinatorConfig.__dataclass_fields__["report_window"].default
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_book_and_the_cluster_view_summarise_like_the_plain_rule(seed):
+    """Random reports, AMP toggles (sometimes for long stretches), reports without a batch, heartbeats
+    and restarts; asked under each worker's setting and under the one it does not run."""
+    rng = np.random.default_rng(seed)
+    n = 5
+    view, book = ClusterView(n, KEEP), ReportBook(n)
+    plain = {w: deque(maxlen=KEEP) for w in range(n)}
+    heard: dict[int, float] = {}
+    iteration = np.zeros(n, dtype=np.int64)
+    amp_now = np.zeros(n, dtype=bool)
+    for step in range(600):
+        w = int(rng.integers(n))
+        t = step * 0.01
+        roll = rng.random()
+        if roll < 0.05 and plain[w]:  # a heartbeat from a blocked worker
+            view.accept(pb.IterationReport(worker_id=w, iteration=int(iteration[w]), heartbeat=True), t)
+            book.heard(w, t)
+            heard[w] = t
+            continue
+        if roll < 0.07:  # the worker restarted
+            view.forget(w)
+            book.forget(w)
+            plain[w].clear()
+            heard.pop(w, None)
+            iteration[w] = 0
+            continue
+        if rng.random() < 0.08:
+            amp_now[w] = not amp_now[w]
+        compute, push = float(rng.uniform(0.01, 0.2)), float(rng.uniform(0.001, 0.01))
+        batch = 0 if rng.random() < 0.03 else int(rng.integers(8, 128))
+        iteration[w] += 1
+        view.accept(pb.IterationReport(worker_id=w, iteration=int(iteration[w]), compute_s=compute, push_s=push,
+                                       batch_size=batch, amp=bool(amp_now[w])), t)
+        if batch:
+            book.record(np.array([w]), t, np.array([compute]), push, np.array([batch]), amp_now[[w]])
+        else:
+            book.record_without_speed(w, t)
+        plain[w].append({"compute": compute, "push": push, "batch": batch, "amp": bool(amp_now[w])})
+        heard[w] = t
+        if step % 7 == 0:
+            state = amp_now ^ (rng.random(n) < 0.3)
+            from_view = view.summaries(t, {i: bool(state[i]) for i in range(n)})
+            from_book = book.summaries(t, state)
+            assert set(from_view) == set(from_book) == {i for i in range(n) if plain[i]}
+            for i, expected in ((i, plain_summary(plain[i], bool(state[i]))) for i in from_view):
+                for got in (from_view[i], from_book[i]):
+                    assert (got.batch_size, got.reports) == expected[2:4]
+                    assert got.recent_per_sample_s == pytest.approx(expected[4])
+                    assert got.amp_reports == (got.reports if state[i] else 0)
+                    assert got.per_sample_s == pytest.approx(expected[0]) and got.comm_s == pytest.approx(expected[1])
+                    assert got.silent_s == pytest.approx(t - heard[i])
+
+
+def test_a_book_refuses_a_window_longer_than_what_it_keeps():
+    with pytest.raises(ValueError, match="window"):
+        ReportBook(2, window=5, keep=4)
