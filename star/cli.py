@@ -100,20 +100,20 @@ def _run_node(args: argparse.Namespace) -> int:
 
 
 def _ps_parser(sub) -> None:
-    from star.ps_server.config import PSConfig
+    from star.cli_children import add_daemon_args
 
     p = sub.add_parser("ps", allow_abbrev=False, help="run one parameter-server daemon")
     p.add_argument("--ready-file", help="write {port, pid} here once serving")
-    add_config_args(p, PSConfig)
+    add_daemon_args(p, "ps")
     p.set_defaults(handler=_run_ps)
 
 
 def _run_ps(args: argparse.Namespace) -> int:
-    from star.ps_server.config import PSConfig
+    from star.cli_children import daemon_config
     from star.ps_server.daemon import serve
     from star.logs import setup_logging
 
-    config = config_from_args(PSConfig, args)
+    config = daemon_config("ps", args)
     setup_logging(f"ps{config.ps_index}")
     if config.optimizer.name is None or config.optimizer.lr is None:
         raise ConfigError("optimizer", config.optimizer, "the PS needs optimizer.name and optimizer.lr")
@@ -122,42 +122,44 @@ def _run_ps(args: argparse.Namespace) -> int:
 
 
 def _worker_parser(sub) -> None:
-    from star.worker.worker import WorkerConfig
+    from star.cli_children import add_daemon_args
 
     p = sub.add_parser("worker", allow_abbrev=False, help="run one worker daemon")
-    add_config_args(p, WorkerConfig)
+    add_daemon_args(p, "worker")
     p.set_defaults(handler=_run_worker)
 
 
 def _run_worker(args: argparse.Namespace) -> int:
+    from star.cli_children import daemon_config
     from star.logs import setup_logging
-    from star.worker.worker import WorkerConfig, run_worker
+    from star.worker.worker import run_worker
 
     from star.cli_checks import check_task, check_trace
 
-    config = config_from_args(WorkerConfig, args)
+    config = daemon_config("worker", args)
     check_task("task", config.task)
-    check_trace("trace_path", config.trace_path)
+    check_trace("trace.path", config.trace.path)
     setup_logging(f"worker{config.worker_id}")
     return run_worker(config)
 
 
 def _coordinator_parser(sub) -> None:
-    from star.coordinator import CoordinatorConfig
+    from star.cli_children import add_daemon_args
 
     p = sub.add_parser("coordinator", allow_abbrev=False, help="run the coordinator (and evaluator) daemon")
     p.add_argument("--ready-file", help="write {port, pid} here once serving")
-    add_config_args(p, CoordinatorConfig)
+    add_daemon_args(p, "coordinator")
     p.set_defaults(handler=_run_coordinator)
 
 
 def _run_coordinator(args: argparse.Namespace) -> int:
-    from star.coordinator import CoordinatorConfig, run_coordinator
+    from star.cli_children import daemon_config
+    from star.coordinator import run_coordinator
     from star.logs import setup_logging
 
     from star.cli_checks import check_task
 
-    config = config_from_args(CoordinatorConfig, args)
+    config = daemon_config("coordinator", args)
     check_task("task", config.task)
     setup_logging("coordinator")
     return run_coordinator(config, args.ready_file)

@@ -293,6 +293,11 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
+def field_value(cls: type, name: str, value: Any) -> Any:
+    """`value` (a flag's text, say) as top-level field `name` of `cls` holds it: from_dict's coercion for one field."""
+    return _coerce(typing.get_type_hints(cls)[name], value, name)
+
+
 def _coerce(hint: Any, value: Any, dotted: str) -> Any:
     if dataclasses.is_dataclass(hint):
         return from_dict(hint, value, dotted + ".")
@@ -347,14 +352,15 @@ def to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
+def load_toml(path: str | Path, field_name: str = "config") -> dict[str, Any]:
+    """A TOML file's tables; a missing or malformed file fails naming `field_name`, the flag that gave it."""
     try:
         with open(path, "rb") as handle:
             return tomllib.load(handle)
     except FileNotFoundError:
-        raise ConfigError("config", str(path), "no such file") from None
+        raise ConfigError(field_name, str(path), "no such file") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config", str(path), f"not valid TOML: {exc}") from None
+        raise ConfigError(field_name, str(path), f"not valid TOML: {exc}") from None
 
 
 def to_toml(config: Any) -> str:

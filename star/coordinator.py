@@ -16,19 +16,17 @@ import signal
 import threading
 import time
 from concurrent import futures
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
-from star.config import PlanConfig, SecurityConfig
 from star.hosts import HostBook, MoveState, ShardMove
-from star.placement import PlacementConfig
-from star.policy.controller import ControlConfig, for_strategy
+from star.policy.controller import for_strategy
 from star.evaluator import CurveWriter, Evaluator
-from star.tta import EvalConfig, EvalPoint, next_version, reached
+from star.tta import EvalPoint, next_version, reached
 from star.cluster import ClusterView, ps_input
 from star.control_loop import Actions, ControlLoop, HostsInput, Reports
+from star.coordinator_config import CoordinatorConfig
 from star.coordinator_checks import ABSURD_S, directives_problem, join_problem, report_problem, resources_problem
 from star.coordinator_restore import restore_control, restore_coordinator, save_state
 from star.coordinator_result import result_dict
@@ -46,36 +44,6 @@ from star.shm import transport_in_use
 from star.tasks import get_task
 
 logger = logging.getLogger("coordinator")
-
-
-@dataclass(frozen=True)
-class CoordinatorConfig:
-    """One coordinator process."""
-
-    ps_addresses: tuple[str, ...] = ()  # every PS, in ps_index order
-    num_workers: int = 1  # workers expected to join
-    task: str = "digits"  # built-in task name or module:function
-    seed: int = 0  # the job's seed (model init)
-    target: float | None = None  # default the task's
-    plan: PlanConfig = field(default_factory=PlanConfig)
-    max_time_s: float = 120.0  # training seconds (from the first update) before the job stops
-    startup_timeout_s: float = 180.0  # the first update must happen within this
-    eval_period_s: float = 0.5  # evaluation period when evaluation.every_updates is 0
-    evaluation: EvalConfig = field(default_factory=EvalConfig)  # fixed-version evaluation, smoothed target
-    stop_at_target: bool = True  # end the job as soon as the target is reached
-    out: str = "runs/latest"  # output directory (result.json, curve.csv, events.jsonl)
-    host: str = "127.0.0.1"  # bind address
-    port: int = 0  # 0 = an ephemeral port (written to the ready file)
-    report_window: int = 20  # per-worker reports kept for statistics
-    batch_size: int | None = None  # the workers' even per-worker batch; default the task's
-    control: ControlConfig = field(default_factory=ControlConfig)
-    security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS (server and PS channels)
-    placement: PlacementConfig = field(default_factory=PlacementConfig)  # PS re-placement when a PS host stays saturated
-    placement_file: str | None = None  # JSON of the start-up placement decision (star node writes it): logged as an event
-    metrics_port: int | None = None  # serve Prometheus /metrics on this port (0: a free one; None: not at all)
-    tensorboard: bool = True  # write TensorBoard scalars to OUT/tensorboard/
-    max_workers: int = 0  # elastic: ids num_workers..max_workers-1 may join mid-run and are admitted into the plan (0: none)
-    restore: bool = False  # restarted after a crash: plan from the PSs, policy state from OUT/coordinator_state.json, curve from OUT/curve.csv
 
 
 class CoordinatorService(pb_grpc.CoordinatorServicer):

@@ -22,7 +22,7 @@ from typing import Callable
 
 from star.cli_checks import check_task
 from star.config import JobConfig, to_toml
-from star.processes import PARENT_PID_ENV, InterruptedBeforeResult, LaunchError, signals_stop_the_job
+from star.processes import JOB_FILE, PARENT_PID_ENV, InterruptedBeforeResult, LaunchError, signals_stop_the_job
 
 RANK_GRACE_S = 10.0
 
@@ -51,7 +51,7 @@ def launch_ddp(config: JobConfig, progress: Callable[[str], None] | None = None,
     (out / "logs").mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", "curve.csv", "events.jsonl"):
         (out / stale).unlink(missing_ok=True)
-    config_path = out / "config.toml"
+    config_path = out / JOB_FILE
     config_path.write_text(to_toml(config))
     port = free_port(config.host)
     started = time.monotonic()

@@ -20,36 +20,19 @@ from typing import Callable
 
 import grpc
 
+from star.child_configs import job_as_run
 from star.config import JobConfig, to_toml
 from star.ddp_rules import DDP_MODE
 from star.node_agent import NodeAgent
-from star.processes import (Child, InterruptedBeforeResult, LaunchError, ProcessGroup, _tail, _wait_ready,
-                            signals_stop_the_job)
-from star.metrics import METRICS_FILE, check_metrics_ports, ps_metrics_port, ready_metrics_port, write_metrics_file
+from star.processes import (JOB_FILE, Child, InterruptedBeforeResult, LaunchError, ProcessGroup, _tail, _wait_ready,
+                            child_args, signals_stop_the_job, with_flag)
+from star.metrics import METRICS_FILE, check_metrics_ports, ready_metrics_port, write_metrics_file
 from star.straggler import format_summary
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CONTROL_CHANNEL_OPTIONS, address
 from star.rpc.security import TOKEN_ENV, Credentials
 from star.shm import sweep as sweep_mailboxes
-
-
-def _flag_args(prefix: str, values: dict) -> list[str]:
-    """Flags for a (nested) config dict: {'k': 3, 'detector': {'rule': 'mad'}} -> --p.k 3 --p.detector.rule mad."""
-    args: list[str] = []
-    for key, value in values.items():
-        if value is None:
-            continue
-        if isinstance(value, dict):
-            args += _flag_args(f"{prefix}{key}.", value)
-            continue
-        if isinstance(value, (tuple, list)):
-            args += [f"--{prefix}{key}", ",".join(map(str, value))]
-        elif isinstance(value, bool):
-            args.append(f"--{prefix}{key}" if value else f"--no-{prefix}{key}")
-        else:
-            args += [f"--{prefix}{key}", str(value)]
-    return args
 
 
 TOKEN_FILE_NAME = "job.token"  # in OUT, owner-only: lets an operator's tools reach a job whose token was generated
@@ -72,12 +55,6 @@ def job_credentials(config: JobConfig, out: Path) -> Credentials:
     return credentials
 
 
-def _security_flags(config: JobConfig) -> list[str]:
-    """TLS settings for a child; the token goes through the environment instead (token_file is not passed)."""
-    tls = {k: v for k, v in dataclasses.asdict(config.security).items() if k != "token_file"}
-    return _flag_args("security.", tls)
-
-
 def launch_or_stop(config: JobConfig) -> dict:
     """launch() for a benchmark that runs many jobs: a Ctrl-C or SIGTERM that interrupted this job
     stops the whole benchmark (KeyboardInterrupt), instead of being taken as one short run."""
@@ -98,13 +75,13 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
         from star.ddp import launch_ddp
 
         return launch_ddp(config, progress)
-    task = get_task(config.task)
-    optimizer = config.optimizer.resolved(task.default_optimizer, task.default_lr, task.default_momentum)
+    job = job_as_run(config, get_task(config.task))  # the optimizer as the task fills it in: refused before any child starts
     out = Path(config.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", "curve.csv", "events.jsonl", "iterations.csv", "coordinator_state.json"):
         (out / stale).unlink(missing_ok=True)
-    (out / "config.toml").write_text(to_toml(config))
+    job_file = out / JOB_FILE  # every child derives its own config from it (star.child_configs)
+    job_file.write_text(to_toml(job))
     checkpoints = Path(config.faults.checkpoint_dir or out / "checkpoints")
     job_id, restore_dir = _job_identity(config, checkpoints)
     credentials = job_credentials(config, out)
@@ -117,13 +94,13 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     agent: NodeAgent | None = None
 
     def ps_args(i: int, ready: Path) -> list[str]:
-        return ps_command(config, optimizer, config.host, i, ready, checkpoints, job_id)
+        return ps_command(job_file, config.host, i, ready, checkpoints, job_id)
 
     with signals_stop_the_job() as stop_requested:  # Ctrl-C and SIGTERM to the launcher shut the job down
         try:
             served = start_ps_daemons(group, ps_args, range(config.ps), config.host, startup_timeout_s, checkpoints, restore_dir)
             addresses = [served[i][1] for i in range(config.ps)]
-            coordinator_address = start_coordinator(group, config, config.host, addresses, out, startup_timeout_s)
+            coordinator_address = start_coordinator(group, job_file, config.host, addresses, startup_timeout_s)
             if config.metrics_port is not None:
                 urls = write_metrics_file(out, config.host, ready_metrics_port(group.log_dir / "coordinator.ready"),
                                           [ready_metrics_port(group.log_dir / f"ps{i}.ready") for i in range(config.ps)])
@@ -134,7 +111,7 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
             for i, (child, ps_address) in served.items():
                 agent.adopt_ps(i, child, ps_address)
             agent.start(coordinator_address)
-            start_workers(group, config, range(config.workers), coordinator_address)
+            start_workers(group, job_file, range(config.workers), coordinator_address, config.host)
             _monitor(group, coordinator_address, progress, credentials, config.faults.max_restarts, stop=stop_requested,
                      outages=outages)
         except KeyboardInterrupt:
@@ -161,15 +138,9 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     return result
 
 
-def ps_command(config: JobConfig, optimizer, host: str, shard: int, ready: Path, checkpoints: Path, job_id: str) -> list[str]:
+def ps_command(job_file: Path, host: str, shard: int, ready: Path, checkpoints: Path, job_id: str) -> list[str]:
     """`star ps` arguments for one shard (no --restore-dir / --migrate-from: callers add them)."""
-    return ["ps", "--ps-index", str(shard), "--num-ps", str(config.ps), "--host", host, "--port", "0",
-            "--nonfinite", config.nonfinite, "--threads", str(config.threads_per_process),
-            "--ready-file", str(ready), *_flag_args("optimizer.", vars(optimizer)), *_security_flags(config),
-            "--checkpoint-dir", str(checkpoints), "--job-id", job_id,
-            "--checkpoint-every-s", str(config.faults.checkpoint_every_s),
-            "--checkpoint-every-updates", str(config.faults.checkpoint_every_updates),
-            *(["--metrics-port", str(ps_metrics_port(config.metrics_port, shard))] if config.metrics_port is not None else [])]
+    return child_args("ps", job_file, ps_index=shard, host=host, ready_file=ready, checkpoint_dir=checkpoints, job_id=job_id)
 
 
 def start_ps_daemons(group: ProcessGroup, ps_args: Callable[[int, Path], list[str]], shards, host: str,
@@ -185,67 +156,34 @@ def start_ps_daemons(group: ProcessGroup, ps_args: Callable[[int, Path], list[st
     for i, (child, ready, args) in started.items():
         port = _wait_ready(group, child, ready, startup_timeout_s)
         # A crashed PS comes back on the same port from its own newest checkpoint.
-        child.restart_args = _with_flag(args, "--port", str(port)) + ["--restore-dir", str(checkpoints)]
+        child.restart_args = with_flag(args, "--port", str(port)) + ["--restore-dir", str(checkpoints)]
         if (metrics_port := ready_metrics_port(ready)) is not None:  # a restarted PS serves /metrics where it did
-            child.restart_args = _with_flag(child.restart_args, "--metrics-port", str(metrics_port))
+            child.restart_args = with_flag(child.restart_args, "--metrics-port", str(metrics_port))
         served[i] = (child, address(host, port))
     return served
 
 
-def start_coordinator(group: ProcessGroup, config: JobConfig, host: str, ps_addresses: list[str], out: Path,
-                      startup_timeout_s: float, extra: tuple[str, ...] = ()) -> str:
+def start_coordinator(group: ProcessGroup, job_file: Path, host: str, ps_addresses: list[str], startup_timeout_s: float,
+                      placement_file: Path | None = None) -> str:
     """Start the coordinator (it sends the initial plan to every PS); returns its address once it serves.
     It is restarted after a crash like a PS, within the restart budget."""
     ready = group.log_dir / "coordinator.ready"
     ready.unlink(missing_ok=True)
-    args = ["coordinator", "--ps-addresses", ",".join(ps_addresses), "--num-workers", str(config.workers),
-            "--task", config.task, "--seed", str(config.seed), "--max-time-s", str(config.max_time_s),
-            "--eval-period-s", str(config.eval_period_s), "--out", str(out), "--host", host,
-            "--port", "0", "--ready-file", str(ready),
-            *(["--target", str(config.target)] if config.target is not None else []),
-            *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
-            *(["--metrics-port", str(config.metrics_port)] if config.metrics_port is not None else []),
-            *([] if config.tensorboard else ["--no-tensorboard"]),
-            *(["--max-workers", str(config.max_workers)] if config.max_workers else []),
-            *_flag_args("control.", dataclasses.asdict(config.control)),
-            *_flag_args("evaluation.", dataclasses.asdict(config.evaluation)),
-            *_flag_args("placement.", dataclasses.asdict(config.placement)),
-            *([] if config.stop_at_target else ["--no-stop-at-target"]),
-            *_flag_args("plan.", vars(config.plan)), *_security_flags(config), *extra]
+    args = child_args("coordinator", job_file, ps_addresses=ps_addresses, host=host, ready_file=ready,
+                      placement_file=placement_file)
     child = group.spawn("coordinator", args)
     port = _wait_ready(group, child, ready, startup_timeout_s)
     # A crashed coordinator comes back on the same port and takes the job over (plan from the PSs).
-    child.restart_args = _with_flag(args, "--port", str(port)) + ["--restore"]
+    child.restart_args = with_flag(args, "--port", str(port)) + ["--restore"]
     return address(host, port)
 
 
-def uses_trees(config: JobConfig) -> bool:
-    """Whether the job may aggregate in trees (configured, or as the traffic guard's relief): workers then serve relays."""
-    traffic = config.control.traffic
-    return config.plan.tree_fanout is not None or (traffic.relief == "tree" and traffic.pace)
-
-
-def start_workers(group: ProcessGroup, config: JobConfig, worker_ids, coordinator_address: str,
-                  relay_host: str | None = None) -> None:
-    """Start these workers; each joins the coordinator (which tells it the PS addresses). With trees
-    possible, each serves a relay on `relay_host` (default config.host) for tree children to reach it."""
-    trace = config.trace
-    relay = ["--relay-host", relay_host or config.host] if uses_trees(config) else []
+def start_workers(group: ProcessGroup, job_file: Path, worker_ids, coordinator_address: str, relay_host: str) -> None:
+    """Start these workers; each joins the coordinator (which tells it the PS addresses). `relay_host` is
+    this host's address, where a worker serves a relay for tree children when the job may use trees."""
     for w in worker_ids:
-        args = ["worker", "--worker-id", str(w), "--num-workers", str(config.workers), "--task", config.task,
-                "--seed", str(config.seed), "--coordinator", coordinator_address,
-                "--threads", str(config.threads_per_process), "--transport", config.transport, "--wire", config.wire,
-                *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
-                *(["--trace-path", str(trace.path), "--trace-stretch", str(trace.stretch)] if trace.path else []),
-                *(["--trace-workers", trace.workers] if trace.path and trace.workers else []), *relay,
-                *_security_flags(config)]
+        args = child_args("worker", job_file, worker_id=w, coordinator=coordinator_address, relay_host=relay_host)
         group.spawn(f"worker{w}", args).restart_args = args  # a restarted worker rejoins with current parameters
-
-
-def _with_flag(args: list[str], flag: str, value: str) -> list[str]:
-    args = list(args)
-    args[args.index(flag) + 1] = value
-    return args
 
 
 def resolve_checkpoint_dir(path: str | Path) -> Path:

@@ -198,13 +198,6 @@ def _owner(offset: int) -> str:
     return "the coordinator" if offset == 0 else f"ps{offset - 1}"
 
 
-def ps_metrics_port(port: int | None, ps_index: int) -> int | None:
-    """PS i serves /metrics at P+1+i (0 stays 0: a free port)."""
-    if port is None:
-        return None
-    return 0 if port == 0 else port + 1 + ps_index
-
-
 def metrics_url(host: str, port: int) -> str:
     host = f"[{host}]" if ":" in host else host
     return f"http://{host}:{port}/metrics"

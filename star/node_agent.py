@@ -18,7 +18,7 @@ from typing import Callable
 
 import grpc
 
-from star.processes import Child, ProcessGroup
+from star.processes import Child, ProcessGroup, with_flag
 from star.logs import log
 from star.resources import ResourceSampler
 from star.rpc import star_pb2_grpc as pb_grpc
@@ -123,7 +123,7 @@ class NodeAgent:
                 port = int(json.loads(arriving.ready.read_text())["port"])
                 # From now on it is this shard's PS here: a crash restarts it from its own checkpoint, same port.
                 arriving.child.critical = True
-                arriving.child.restart_args = _with_port(arriving.args, port) + ["--restore-dir", self.checkpoint_dir]
+                arriving.child.restart_args = with_flag(arriving.args, "--port", str(port)) + ["--restore-dir", self.checkpoint_dir]
                 self.served[arriving.shard] = _ServedShard(arriving.child, address(self.host, port))
                 self._arriving.remove(arriving)
                 log(logger, logging.INFO, "PS took the shard over", shard=arriving.shard, address=address(self.host, port))
@@ -146,12 +146,6 @@ class NodeAgent:
                 code = self.group.stop_child(child)
                 log(logger, logging.INFO, "stopped a PS whose shard moved away", address=address_text, code=code)
                 return
-
-
-def _with_port(args: list[str], port: int) -> list[str]:
-    args = list(args)
-    args[args.index("--port") + 1] = str(port)
-    return args
 
 
 def _port_of(args: list[str]) -> int | None:

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from star.cli_names import flag_name
+
 
 class LaunchError(RuntimeError):
     """The job could not run to its end (a child crashed, a daemon never came up)."""
@@ -72,6 +74,36 @@ def die_with_parent() -> None:
         return
     if os.getppid() != int(parent):  # the launcher died before prctl took effect
         os._exit(143)
+
+
+JOB_FILE = "config.toml"  # in a launcher's OUT: the job config every child derives its own from (star.child_configs)
+
+
+def child_args(role: str, job_file: Path, **runtime: object) -> list[str]:
+    """`star ROLE --job FILE` and the runtime facts the job file cannot hold, each as the flag of its config
+    field (ps_index=1 -> --ps-index 1, a tuple comma-joined, True -> the bare switch; None is left out)."""
+    args = [role, "--job", str(job_file)]
+    for name, value in runtime.items():
+        flag = "--" + flag_name(name, {})
+        if value is None or value is False:
+            continue
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, (tuple, list)):
+            args += [flag, ",".join(map(str, value))]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def with_flag(args: list[str], flag: str, value: str) -> list[str]:
+    """`args` with `flag` set to `value`: replaced where it is given, else added (a restart's port, say)."""
+    args = list(args)
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
+    return args
 
 
 @dataclass

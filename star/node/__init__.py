@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from star.config import JobConfig
+from star.child_configs import job_as_run
+from star.config import JobConfig, to_toml
 from star.launch import _monitor, ps_command, start_coordinator, start_ps_daemons, start_workers
 from star.placement import Placement, host_state, place
-from star.processes import ProcessGroup
+from star.processes import JOB_FILE, ProcessGroup
 from star.rendezvous import NodeIdentity, RendezvousError, Store, identify, route_address
 from star.resources import HostSample, ResourceSampler
 from star.rpc.security import TOKEN_ENV, Credentials
@@ -107,11 +108,12 @@ def _run(config: JobConfig, identity: NodeIdentity, store: Store, advertise: str
         say(f"placement ({placement.strategy}): shard -> node {shard_ranks}")
     decided = json.loads(store.get("placement"))
     mine = [i for i, r in enumerate(decided["ranks"]) if r == rank]
-    optimizer = config.optimizer.resolved(task.default_optimizer, task.default_lr, task.default_momentum)
     checkpoints = Path(config.faults.checkpoint_dir or out / "checkpoints")
+    job_file = out / JOB_FILE  # this node's children derive their configs from it (star.child_configs)
+    job_file.write_text(to_toml(job_as_run(config, task)))
 
     def ps_args(shard: int, ready: Path) -> list[str]:
-        return ps_command(config, optimizer, advertise, shard, ready, checkpoints, decided["job_id"])
+        return ps_command(job_file, advertise, shard, ready, checkpoints, decided["job_id"])
 
     served = start_ps_daemons(group, ps_args, mine, advertise, 120.0, checkpoints)
     for shard, (_, address_text) in served.items():
@@ -120,11 +122,10 @@ def _run(config: JobConfig, identity: NodeIdentity, store: Store, advertise: str
         addresses = [store.get(f"ps/{i}") for i in range(config.ps)]
         placement_file = out / "placement.json"
         placement_file.write_text(json.dumps(decided["described"]))
-        coordinator = start_coordinator(group, config, advertise, addresses, out, 120.0,
-                                        extra=("--placement-file", str(placement_file)))
+        coordinator = start_coordinator(group, job_file, advertise, addresses, 120.0, placement_file)
         store.set("coordinator", coordinator)
     coordinator = store.get("coordinator")
-    start_workers(group, config, [w for w in range(config.workers) if w % nodes == rank], coordinator, relay_host=advertise)
+    start_workers(group, job_file, [w for w in range(config.workers) if w % nodes == rank], coordinator, advertise)
     agent = NodeAgent(advertise, rank, group, ps_args, credentials, str(checkpoints))
     for shard, (child, address_text) in served.items():
         agent.adopt_ps(shard, child, address_text)

@@ -11,12 +11,10 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 
 import grpc
 import torch
 
-from star.config import SecurityConfig, check_transport_fields
 from star.flat import FlatModel
 from star.logs import log
 from star.rpc.ps_client import RETRYABLE, PSClient, with_retries
@@ -25,6 +23,7 @@ from star.tasks import get_task
 from star.tasks.dataset import batch_stream
 from star.traces import WorkerSlowdown, load_worker_slowdown, slowdown_sleep_s
 from star.worker.amp import AmpSwitch
+from star.worker.config import WorkerConfig
 from star.worker.pacing import PushPacer
 from star.worker.pulling import pull_under_one_plan
 from star.worker.relay import RelayClient, RelayServer, sum_into
@@ -35,38 +34,6 @@ logger = logging.getLogger("worker")
 
 class WorkerExit(Exception):
     """The worker cannot go on (e.g. its PS stayed unreachable); exits non-zero."""
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    """One worker process."""
-
-    worker_id: int = 0  # 0..num_workers-1
-    num_workers: int = 1  # total workers: decides this worker's data shard
-    task: str = "digits"  # built-in task name or module:function
-    seed: int = 0  # model init (identical on every worker) and data order
-    batch_size: int | None = None  # per iteration; default the task's; the coordinator may change it
-    coordinator: str | None = None  # host:port; PS addresses come from Join
-    ps_addresses: tuple[str, ...] = field(default=())  # direct PS addresses when there is no coordinator
-    trace_path: str | None = None  # slowdown trace to replay
-    trace_workers: str | None = None  # trace worker ids for run workers 0..N-1
-    trace_stretch: float = 1.0  # multiplies trace iteration numbers
-    amp: bool = False  # start with autocast on
-    device: str = "cpu"  # cpu | cuda
-    threads: int = 1  # torch intra-op threads
-    max_iterations: int | None = None  # stop after this many iterations (None: until told)
-    pull_poll_s: float = 1.0  # a blocked pull is re-issued this often (and a heartbeat sent), so a stop is noticed
-    ps_retry_attempts: int = 8  # unreachable PS: tries before exiting non-zero
-    ps_retry_base_s: float = 0.25  # first backoff delay, doubled per try (capped at 5 s)
-    security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS for every channel
-    relay_host: str | None = None  # tree aggregation: serve a relay for tree children on this host (None: never a parent)
-    tree_wait_s: float = 2.0  # a tree parent waits this long past its own gradient for missing children's
-    max_workers: int = 4096  # worker ids a relay accepts from children
-    transport: str = "auto"  # payloads to the PSs: auto (shared memory with a co-located PS, else gRPC) | shm | grpc
-    wire: str = "float32"  # gRPC payload dtype: float32 | bfloat16
-
-    def __post_init__(self) -> None:
-        check_transport_fields(self.transport, self.wire)
 
 
 class Worker:
@@ -93,9 +60,9 @@ class Worker:
 
     def _load_slowdown(self) -> WorkerSlowdown | None:
         c = self.config
-        if not c.trace_path:
+        if not c.trace.path:
             return None
-        return load_worker_slowdown(c.trace_path, c.worker_id, c.num_workers, c.trace_workers, c.trace_stretch)
+        return load_worker_slowdown(c.trace.path, c.worker_id, c.num_workers, c.trace.workers, c.trace.stretch)
 
     # ---- the loop --------------------------------------------------------------
     def run(self) -> int:

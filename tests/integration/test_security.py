@@ -247,3 +247,5 @@ def test_a_default_launch_is_authenticated_end_to_end_and_keeps_the_token_off_ar
     for argv, env in daemons.values():
         assert not any(token in arg for arg in argv), argv
         assert env.get(TOKEN_ENV) == token  # handed over through the environment
+        assert argv[argv.index("--job") + 1] == str(tmp_path / "config.toml")  # the job file every child derives its config from
+    assert token not in (tmp_path / "config.toml").read_text()

@@ -35,6 +35,8 @@ def _cases(tmp_path) -> list[tuple[str, list[str], str]]:
         ("--trace", missing),
         ("--trace", str(bad_csv)),
         ("--trace-path", missing),
+        ("--trace.path", missing),
+        ("--job", str(tmp_path / "missing.toml")),
         ("--traces", missing),
         ("--traces", str(bad_csv)),
         ("--config", str(tmp_path / "missing.toml")),

@@ -9,18 +9,21 @@ import types
 import pytest
 
 import star.launch
+from star.child_configs import coordinator_config, job_as_run, ps_config, worker_config
 from star.ps_server.config import PSConfig
 from star.cli import build_parser, main
 from star.cli_args import config_fields, option_for
+from star.cli_children import daemon_config
 from star.cli_names import JOB_COMMON, SIM_COMMON, short_names
-from star.config import JobConfig, OptimizerConfig, from_dict
-from star.coordinator import CoordinatorConfig
+from star.config import JobConfig, from_dict, to_toml
+from star.coordinator_config import CoordinatorConfig
 from star.sim.config import SimConfig
-from star.worker.worker import WorkerConfig
+from star.tasks import get_task
+from star.worker.config import WorkerConfig
 
 CONFIG_COMMANDS = {"launch": (JobConfig, JOB_COMMON), "node": (JobConfig, JOB_COMMON), "sim": (SimConfig, SIM_COMMON),
                    "ps": (PSConfig, ()), "worker": (WorkerConfig, ()), "coordinator": (CoordinatorConfig, ())}
-NOT_FIELDS = {"-h", "--help", "--help-all", "--config", "--quiet", "--ready-file"}
+NOT_FIELDS = {"-h", "--help", "--help-all", "--config", "--quiet", "--ready-file", "--job"}
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -138,8 +141,9 @@ def test_a_flag_is_not_abbreviated(capsys):
     assert "unknown option --work" in capsys.readouterr().err
 
 
-def test_launch_builds_daemon_argv_that_the_daemons_accept(tmp_path, monkeypatch):
-    """The launcher's children get argv of each daemon's own flags (switches off included)."""
+def test_launch_starts_every_daemon_with_the_job_file_and_it_derives_the_config_of_its_pure_function(tmp_path, monkeypatch):
+    """The launcher's children get `--job` and the runtime facts (switches off included, restarts too):
+    each command line parses, and derives what star.child_configs gives."""
     trace = tmp_path / "t.csv"
     trace.write_text("iteration,worker,factor\n0,0,2\n")
     config = from_dict(JobConfig, {
@@ -147,15 +151,38 @@ def test_launch_builds_daemon_argv_that_the_daemons_accept(tmp_path, monkeypatch
         "max_workers": 3, "trace": {"path": str(trace), "workers": "1,0", "stretch": 0.5}, "plan": {"tree_fanout": 2},
         "control": {"amp": False, "selector": True, "traffic": {"guard": False, "pace": True, "relief": "tree"}},
         "placement": {"cpu_aware": False}})
-    spawned: list[list[str]] = []
-    group = types.SimpleNamespace(log_dir=tmp_path, spawn=lambda name, args: spawned.append(args) or types.SimpleNamespace())
+    config = job_as_run(config, get_task(config.task))  # as star.launch writes it
+    job_file = tmp_path / "config.toml"
+    job_file.write_text(to_toml(config))
+    children: list[types.SimpleNamespace] = []
+
+    def spawn(name, args):
+        children.append(types.SimpleNamespace(name=name, args=args, restart_args=None))
+        return children[-1]
+
+    group = types.SimpleNamespace(log_dir=tmp_path, spawn=spawn)
     monkeypatch.setattr(star.launch, "_wait_ready", lambda *a: 1234)
-    star.launch.start_coordinator(group, config, "127.0.0.1", ["127.0.0.1:1"], tmp_path, 1.0)
-    star.launch.start_workers(group, config, [0, 1], "127.0.0.1:2")
-    optimizer = OptimizerConfig(name="sgd", lr=0.1, momentum=0.9)
-    spawned.append(star.launch.ps_command(config, optimizer, "127.0.0.1", 0, tmp_path / "r", tmp_path / "c", "job"))
+    addresses = ["127.0.0.1:1", "127.0.0.1:3"]
+    star.launch.start_coordinator(group, job_file, "127.0.0.1", addresses, 1.0)
+    star.launch.start_workers(group, job_file, [0, 1], "127.0.0.1:2", "127.0.0.1")
+    star.launch.start_ps_daemons(group, lambda i, ready: star.launch.ps_command(job_file, "127.0.0.1", i, ready, tmp_path / "c", "job"),
+                                 [1], "127.0.0.1", 1.0, tmp_path / "c")
     parsers = _subcommands()
-    for argv in spawned:
+
+    def derived(argv):
         args, unknown = parsers[argv[0]].parse_known_args(argv[1:])
-        assert unknown == [], argv
-    assert "--no-control.traffic.guard" in spawned[0] and "--no-control.amp" in spawned[0]
+        assert unknown == [] and args.job == str(job_file), argv
+        return daemon_config(argv[0], args)
+
+    coordinator, worker0, worker1, ps = children
+    assert derived(coordinator.args) == coordinator_config(config, ps_addresses=addresses, host="127.0.0.1")
+    assert derived(coordinator.restart_args) == coordinator_config(config, ps_addresses=addresses, host="127.0.0.1", port=1234,
+                                                                   restore=True)
+    assert derived(coordinator.args).control.traffic.guard is False and derived(coordinator.args).control.amp is False
+    for w, worker in enumerate((worker0, worker1)):
+        assert derived(worker.args) == derived(worker.restart_args) == worker_config(
+            config, worker_id=w, coordinator="127.0.0.1:2", relay_host="127.0.0.1")
+    expected_ps = ps_config(config, ps_index=1, host="127.0.0.1", job_id="job", checkpoint_dir=str(tmp_path / "c"))
+    assert derived(ps.args) == expected_ps
+    assert derived(ps.restart_args) == ps_config(config, ps_index=1, host="127.0.0.1", job_id="job",
+                                                 checkpoint_dir=str(tmp_path / "c"), port=1234, restore_dir=str(tmp_path / "c"))

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
-from star.coordinator import CoordinatorConfig, CoordinatorService
+from star.coordinator import CoordinatorService
+from star.coordinator_config import CoordinatorConfig
 from star.coordinator_restore import restore_coordinator
 from star.coordinator_state import (
     STATE_FILE,

@@ -13,8 +13,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from star.aggregate import Apply, Drop, Effects
 from star.config import ConfigError
+from star.child_configs import ps_metrics_port
 from star.metrics import (JobMetrics, PsMetrics, SnapshotCollector, WorkerMetrics, check_metrics_ports, job_families,
-                          ps_families, ps_metrics_port, serve_metrics)
+                          ps_families, serve_metrics)
 from star.observe import ITERATION_COLUMNS, ITERATIONS_FILE
 from star.straggler import StragglerLedger, format_summary, mean_over_ps
 from star.waits import CAUSED_PREFIX, WAITED_PREFIX, WaitLedger, per_worker_seconds
