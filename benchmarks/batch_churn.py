@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        cases = {"mid3x": {"trace_path": str(middle_half_trace(Path(tmp) / "mid3x.csv", 3, 3.0, 20, 60, 4))},
-                 "job1_6789": {"trace_path": args.job1, "trace_workers": "6,7,8,9", "trace_stretch": 0.02}, "none": {}}
+        cases = {"mid3x": {"trace": {"path": str(middle_half_trace(Path(tmp) / "mid3x.csv", 3, 3.0, 20, 60, 4))}},
+                 "job1_6789": {"trace": {"path": args.job1, "workers": "6,7,8,9", "stretch": 0.02}}, "none": {}}
         rows = []
         for trace, case in cases.items():
             for noise in (float(n) for n in args.noise.split(",")):

@@ -274,8 +274,8 @@ def run_sim(config: BenchConfig, strategy: str, trace: TraceSpec | None, out: Pa
     data: dict[str, Any] = {"workers": config.workers, "seed": config.seed, "out": str(out), "plan": {"mode": mode},
                             "control": control, "max_time_s": config.max_time_s or 3000.0}
     if trace is not None:
-        data.update({"trace_path": str(trace.path), "trace_stretch": trace.stretch,
-                     **({"trace_workers": trace.trace_workers} if trace.trace_workers else {})})
+        data["trace"] = {"path": str(trace.path), "stretch": trace.stretch,
+                         **({"workers": trace.trace_workers} if trace.trace_workers else {})}
     sim = run_and_write(sim_config(merge(data, overrides or {}), calibration=calibration))
     return {**sim.result, "curve": [(t, v, m) for t, v, m in sim.curve]}
 

@@ -189,7 +189,7 @@ def _run_sim(args: argparse.Namespace) -> int:
     from star.cli_checks import check_trace
 
     config = sim_config(merge(base, given_flags(args, SimConfig)))  # a calibration file goes under both
-    check_trace("trace_path", config.trace_path)
+    check_trace("trace.path", config.trace.path)
     result = run_and_write(config).result
     keys = ("mode", "workers", "reached", "tta_s", "final_metric", "iterations", "updates", "straggler_detections",
             "plan_switches", "amp_toggles", "sim_s", "wall_s")

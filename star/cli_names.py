@@ -27,7 +27,7 @@ JOB_COMMON: Groups = (
 SIM_COMMON: Groups = (
     ("job", (("workers", None), ("iterations", None), ("max_time_s", None), ("seed", None), ("calibration", None))),
     ("synchronisation", (("plan.mode", "mode"), ("plan.k", "k"), ("plan.groups", "groups"), ("plan.staleness", "staleness"))),
-    ("slowdown trace", (("trace_path", "trace"), ("trace_workers", None), ("trace_stretch", None))),
+    ("slowdown trace", (("trace.path", "trace"), ("trace.workers", "trace-workers"), ("trace.stretch", "trace-stretch"))),
     ("control switches (default: as --mode says)", (("control.amp", "control-amp"), ("control.selector", "control-selector"),
                                                     ("control.batch", "control-batch"), ("control.exclude", "control-exclude"))),
     ("output", (("out", None),)),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from star.config import ConfigError, PlanConfig, from_dict, load_toml, merge
+from star.config import ConfigError, PlanConfig, TraceConfig, from_dict, load_toml, merge
 from star.placement import PlacementConfig
 from star.policy.controller import ControlConfig
 
@@ -169,9 +169,7 @@ class SimConfig:
     seed: int = 0  # seeds the compute noise
     out: str | None = None  # directory for result.json and curve.csv (None: write nothing)
     calibration: str | None = None  # TOML with [cost] and [convergence] tables (star calibrate); this config overrides it
-    trace_path: str | None = None  # Alibaba PAI CSV or iteration,worker,factor CSV
-    trace_workers: str | None = None  # trace workers for run workers 0..N-1, e.g. "3,4,5,6"; default the first N
-    trace_stretch: float = 1.0  # multiplies trace iteration numbers, as in star launch
+    trace: TraceConfig = field(default_factory=TraceConfig)  # the slowdown trace the workers replay, as in star launch
     plan: PlanConfig = field(default_factory=PlanConfig)
     cost: CostConfig = field(default_factory=CostConfig)
     convergence: ConvergenceConfig = field(default_factory=ConvergenceConfig)
@@ -183,7 +181,6 @@ class SimConfig:
         _require(self.workers >= 1, "workers", self.workers, "must be >= 1")
         _require(self.iterations >= 1, "iterations", self.iterations, "must be >= 1")
         _require(self.max_time_s > 0, "max_time_s", self.max_time_s, "must be > 0")
-        _require(self.trace_stretch > 0, "trace_stretch", self.trace_stretch, "must be > 0")
         _require(self.control.decision_period_s > 0, "control.decision_period_s", self.control.decision_period_s, "must be > 0")
         if self.plan.k is not None:
             _require(self.plan.k <= self.workers, "plan.k", self.plan.k, f"must be <= workers ({self.workers})")

@@ -58,10 +58,10 @@ class Simulation:
     def __init__(self, config: SimConfig, trace: Trace | None = None):
         self.config = c = config
         n = c.workers
-        if trace is None and c.trace_path:
-            trace = load_trace(c.trace_path)
+        if trace is None and c.trace.path:
+            trace = load_trace(c.trace.path)
         self.rng = np.random.default_rng(c.seed)
-        self.cost = CostModel(c.cost, FactorTable(trace, n, c.trace_workers, c.trace_stretch), self.rng, n)
+        self.cost = CostModel(c.cost, FactorTable(trace, n, c.trace.workers, c.trace.stretch), self.rng, n)
         self.conv = ConvergenceModel(c.convergence, n, c.cost.base_batch)
         self.control = for_strategy(c.control, c.plan.mode)
         self.loop = ControlLoop(self.control, n, c.cost.base_batch, c.placement)
