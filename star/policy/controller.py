@@ -203,6 +203,7 @@ class Controller:
         # batch size and AMP setting; the others are decided on without waiting for it.
         held = {w for w in current.workers if w not in self.lost and w not in active} if c.batch else set()
         per_sample = {w: s.sizing_per_sample_s for w, s in active.items()} if c.batch else {}  # per sample from now on
+        steady = {w: s.per_sample_s for w, s in active.items()} if c.batch else {}  # the same over more reports
         amp: dict[int, bool] = {}
         just_on: set[int] = set()  # AMP switched on at this decision
         if c.amp:
@@ -219,7 +220,8 @@ class Controller:
                 if c.batch and d.amp and not on_before.get(d.worker, False):
                     just_on.add(d.worker)  # sized now at its speed without AMP, then held until verified
                 elif c.batch and not d.amp:
-                    per_sample[d.worker] *= speedups.get(d.worker, d.speedup)  # off again: back to its speed without AMP
+                    for speeds in (per_sample, steady):  # off again: back to its speed without AMP
+                        speeds[d.worker] *= speedups.get(d.worker, d.speedup)
 
         # A straggler that AMP was just switched on for is resized now, at its measured speed without AMP
         # (AMP can only make it faster), not after the verification: batch sizing alone acts at detection,
@@ -227,7 +229,7 @@ class Controller:
         batch: dict[int, int] = {}
         if c.batch and len(active) - len(held & set(active)) >= 2:
             batch = self._batch_sizes({w: s for w, s in active.items() if w not in held}, per_sample,
-                                      {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events)
+                                      {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events, steady)
 
         verifying = frozenset(w for w, state in self.amp.workers.items() if state.state is AmpState.VERIFYING)
         plan = self._plan(period, current, active, detection.stragglers, b_noise, events, verifying)
@@ -290,12 +292,13 @@ class Controller:
         return sizes_for, global_batch
 
     def _batch_sizes(self, active: Mapping[int, WorkerSummary], per_sample_s: Mapping[int, float], held: Mapping[int, int],
-                     events: list[dict[str, Any]]) -> dict[int, int]:
+                     events: list[dict[str, Any]], steady_s: Mapping[int, float] | None = None) -> dict[int, int]:
         """Split the global batch left after the `held` workers' sizes over the `active` ones by speed: their
-        smoothed reference speeds (star.policy.speeds), and only for a gain that repays the change."""
+        smoothed reference speeds (star.policy.speeds), and only for a gain that repays the change.
+        `steady_s`: the speeds over more reports, which a worker's first reference starts from."""
         c = self.config.batching
         workers = sorted(active)
-        moved = self.speeds.observe({w: per_sample_s[w] for w in workers})
+        moved = self.speeds.observe({w: per_sample_s[w] for w in workers}, first=steady_s)
         per_sample = self.speeds.reference(workers)
         fixed = {w: active[w].comm_s for w in workers}
         sizes_for, global_batch = self._sizer(workers, held, fixed)

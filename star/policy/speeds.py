@@ -44,15 +44,21 @@ class SpeedTracker:
     band: float = 0.15
     confirm: int = 2
     tracks: dict[int, _Track] = field(default_factory=dict)
+    seen: set[int] = field(default_factory=set)  # workers ever tracked (forget() keeps them here)
 
-    def observe(self, per_sample_s: Mapping[int, float]) -> list[SpeedChange]:
-        """Fold in one decision's measurements; returns the references that moved."""
+    def observe(self, per_sample_s: Mapping[int, float], first: Mapping[int, float] | None = None) -> list[SpeedChange]:
+        """Fold in one decision's measurements; returns the references that moved. `first`: a steadier
+        measurement to start a worker's reference from when it is seen for the first time (the newest
+        reports alone would size the whole job on their noise); after forget(), a known change of speed,
+        the next measurement is taken as is."""
         changes = []
         for w, s in sorted(per_sample_s.items()):
             track = self.tracks.get(w)
             if track is None:
-                self.tracks[w] = _Track(s, s)
-                changes.append(SpeedChange(w, None, s))
+                start = s if w in self.seen or first is None else first.get(w, s)
+                self.tracks[w] = _Track(start, start)
+                self.seen.add(w)
+                changes.append(SpeedChange(w, None, start))
                 continue
             track.ema_s = self.alpha * s + (1 - self.alpha) * track.ema_s
             ratio = track.ema_s / track.reference_s

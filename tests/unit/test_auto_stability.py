@@ -179,3 +179,10 @@ def test_after_amp_slowed_one_straggler_auto_does_not_try_it_on_the_next():
     assert not any(d.amp for d in later)
     skipped = [e for d in later for e in d.events if e["kind"] == "amp_skipped"]
     assert [e["worker"] for e in skipped] == [2] and "measured on this job" in skipped[0]["reason"]
+
+
+def test_a_worker_seen_for_the_first_time_starts_from_the_steadier_measurement_and_a_known_change_from_the_newest():
+    tracker = SpeedTracker(alpha=0.3, band=0.15, confirm=2)
+    assert [c.new_s for c in tracker.observe({0: 1.3}, first={0: 1.0})] == [1.0]
+    tracker.forget(0)  # e.g. AMP toggled: its speed changed for a known reason
+    assert [c.new_s for c in tracker.observe({0: 0.6}, first={0: 0.9})] == [0.6]
