@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Sequence
 
-from star.config import ConfigError, JobConfig, SecurityConfig
+from star.config import ConfigError, JobConfig, RunSettings, SecurityConfig
 from star.coordinator_config import CoordinatorConfig
 from star.ps_server.config import PSConfig
 from star.worker.config import WorkerConfig
@@ -99,9 +99,7 @@ def coordinator_config(job: JobConfig, *, ps_addresses: Sequence[str], host: str
     """
     if len(ps_addresses) != job.ps:
         raise ConfigError("ps_addresses", ",".join(ps_addresses), f"needs one address per PS (ps={job.ps})")
+    shared = {f.name: getattr(job, f.name) for f in dataclasses.fields(RunSettings)}  # every setting the two share
     return CoordinatorConfig(
-        ps_addresses=tuple(ps_addresses), num_workers=job.workers, task=job.task, seed=job.seed, target=job.target,
-        plan=job.plan, max_time_s=job.max_time_s, eval_period_s=job.eval_period_s, evaluation=job.evaluation,
-        stop_at_target=job.stop_at_target, out=job.out, host=host, port=port, batch_size=job.batch_size,
-        control=job.control, security=child_security(job), placement=job.placement, placement_file=placement_file,
-        metrics_port=job.metrics_port, tensorboard=job.tensorboard, max_workers=job.max_workers, restore=restore)
+        **{**shared, "host": host, "security": child_security(job)}, ps_addresses=tuple(ps_addresses),
+        num_workers=job.workers, port=port, placement_file=placement_file, restore=restore)

@@ -215,13 +215,13 @@ class NodeConfig:
 
 
 @dataclass(frozen=True)
-class JobConfig:
-    """One training job as `star launch` runs it."""
+class RunSettings:
+    """What a job and its coordinator both are: declared once, here, and inherited by JobConfig and
+    by the coordinator's config (star.coordinator_config), which a coordinator started by hand
+    takes as its own flags and a launched one gets from the job (star.child_configs)."""
 
     task: str = "digits"  # built-in task name or "module:function"
-    workers: int = 4  # number of worker processes
     max_workers: int = 0  # elastic: workers with ids up to max_workers-1 may join mid-run and are admitted into the plan (0: none)
-    ps: int = 2  # number of parameter-server processes (shards)
     out: str = "runs/latest"  # output directory (result.json, curve.csv, events.jsonl, logs/)
     seed: int = 0  # model init and data shuffling
     batch_size: int | None = None  # per worker per iteration; default the task's
@@ -231,21 +231,29 @@ class JobConfig:
     evaluation: EvalConfig = field(default_factory=EvalConfig)  # evaluate at fixed versions; target on a smoothed metric
     stop_at_target: bool = True  # end the job as soon as the target is reached
     host: str = "127.0.0.1"  # address every daemon binds to
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS (a token is generated when none is given)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)  # where PS shards go across hosts (star node), re-placement
+    metrics_port: int | None = None  # Prometheus /metrics: coordinator at P, PS i at P+1+i (0: free ports; URLs in OUT/metrics.json)
+    tensorboard: bool = True  # write TensorBoard scalars to OUT/tensorboard/
+
+
+@dataclass(frozen=True)
+class JobConfig(RunSettings):
+    """One training job as `star launch` runs it."""
+
+    workers: int = 4  # number of worker processes
+    ps: int = 2  # number of parameter-server processes (shards)
     threads_per_process: int = 1  # torch intra-op threads in each worker / PS
     nonfinite: str = "reject"  # PS policy for NaN/Inf gradients: reject | skip
     transport: str = "auto"  # worker<->PS payloads: auto (shared memory where co-located, else gRPC) | shm | grpc
     wire: str = "float32"  # gRPC payload dtype for gradients and parameters: float32 | bfloat16 (PS master stays fp32)
-    plan: PlanConfig = field(default_factory=PlanConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
-    control: ControlConfig = field(default_factory=ControlConfig)
-    security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS (a token is generated when none is given)
     faults: FaultConfig = field(default_factory=FaultConfig)
-    placement: PlacementConfig = field(default_factory=PlacementConfig)  # where PS shards go across hosts (star node), re-placement
     node: NodeConfig = field(default_factory=NodeConfig)  # multi-host jobs: this node's rank, the rendezvous store
     resume: str | None = None  # continue a stopped job from its last complete checkpoint set (its OUT or checkpoint dir)
-    metrics_port: int | None = None  # Prometheus /metrics: coordinator at P, PS i at P+1+i (0: free ports; URLs in OUT/metrics.json)
-    tensorboard: bool = True  # write TensorBoard scalars to OUT/tensorboard/
 
     def __post_init__(self) -> None:
         _require(self.workers >= 1, "workers", self.workers, "must be >= 1")
@@ -423,7 +431,8 @@ def _field_docs(cls: type) -> dict[str, str]:
     import inspect
 
     docs: dict[str, str] = {}
-    for line in inspect.getsource(cls).splitlines():
+    bases = [base for base in reversed(cls.__mro__) if dataclasses.is_dataclass(base)]  # a subclass's comment wins
+    for line in (line for base in bases for line in inspect.getsource(base).splitlines()):
         stripped = line.strip()
         if ":" in stripped and "#" in stripped and not stripped.startswith(("#", "def", '"')):
             name = stripped.split(":", 1)[0].strip()
