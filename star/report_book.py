@@ -116,12 +116,9 @@ class ReportBook:
         latest = (self.count_amp[a, workers] - 1) % self.window
         latest_batch = self.batch[a, workers, latest]
         silent = now_s - self.last_s[workers]
-        out = {}
-        for w, ps, cs, b, amp_on, n, quiet, recent in zip(workers.tolist(), per_sample.tolist(), comm.tolist(),
-                                                         latest_batch.tolist(), a.tolist(), reports.tolist(),
-                                                         silent.tolist(), sizing.tolist()):
-            if n == 0:
-                out[w] = WorkerSummary(1.0, 0.0, 1, 0, 0, quiet)
-            else:
-                out[w] = WorkerSummary(ps, cs, b, n if amp_on else 0, n, quiet, recent)
-        return out
+        # A worker with no report under its current setting gets the placeholder (1.0, 0.0, 1, 0, 0):
+        # reports == 0 tells the Controller it cannot be judged yet.
+        has = reports > 0
+        columns = (np.where(has, per_sample, 1.0), np.where(has, comm, 0.0), np.where(has, latest_batch, 1),
+                   np.where(a == 1, reports, 0), reports, silent, np.where(has, sizing, 1.0))
+        return dict(zip(workers.tolist(), map(WorkerSummary._make, zip(*(c.tolist() for c in columns)))))

@@ -20,7 +20,7 @@ def plain_summary(history: deque, amp_on: bool, window: int = WINDOW):
     the kept ones; (per-sample median, 2 x push median, latest batch, reports)."""
     recent = [r for r in history if r["amp"] == amp_on and r["batch"] > 0][-window:]
     if not recent:
-        return (1.0, 0.0, 1, 0, None)
+        return (1.0, 0.0, 1, 0, 1.0)
     return (statistics.median(r["compute"] / r["batch"] for r in recent), 2 * statistics.median(r["push"] for r in recent),
             recent[-1]["batch"], len(recent), statistics.median(r["compute"] / r["batch"] for r in recent[-SIZING_WINDOW:]))
 
