@@ -13,9 +13,9 @@ import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
-from benchmarks.netns import NetNamespaces
+from benchmarks.netns import NetNamespaces, unavailable
 from star.config import JobConfig, to_toml
 
 RDZV_PORT = 29400
@@ -53,6 +53,17 @@ def _tail(path: Path, lines: int = 25) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def run_and_report(name: str, args, run: Callable[[object], list[dict]], summary: Callable[[list[dict], object], str]) -> int:
+    """A multi-host benchmark's main: exit 2 naming why when hosts cannot be built here, else run it
+    and write OUT/NAME.md and OUT/NAME.csv."""
+    if (reason := unavailable()) is not None:
+        print(f"benchmarks.{name}: cannot build hosts: {reason}", file=sys.stderr)
+        return 2
+    rows = run(args)
+    write_report(Path(args.out), name, rows, summary(rows, args))
+    return 0
 
 
 def write_report(out: Path, name: str, rows: list[dict], text: str) -> None:

@@ -32,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.multihost import run_job, write_report
-from benchmarks.netns import NetNamespaces, unavailable
+from benchmarks.multihost import run_and_report, run_job
+from benchmarks.netns import NetNamespaces
 from star.config import JobConfig, from_dict
 
 ARMS = {  # name -> placement config
@@ -115,12 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated: " + ", ".join(ARMS))
     parser.add_argument("--out", default="runs/placement")
     args = parser.parse_args(argv)
-    if (reason := unavailable()) is not None:
-        print(f"benchmarks.placement: cannot build hosts: {reason}", file=sys.stderr)
-        return 2
-    rows = run(args)
-    write_report(Path(args.out), "placement", rows, summary(rows, args))
-    return 0
+    return run_and_report("placement", args, run, summary)
 
 
 if __name__ == "__main__":

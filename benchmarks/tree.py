@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.multihost import run_job, write_report
-from benchmarks.netns import NetNamespaces, unavailable
+from benchmarks.multihost import run_and_report, run_job
+from benchmarks.netns import NetNamespaces
 from star.config import JobConfig, from_dict
 
 
@@ -93,12 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", default="runs/tree")
     args = parser.parse_args(argv)
-    if (reason := unavailable()) is not None:
-        print(f"benchmarks.tree: cannot build hosts: {reason}", file=sys.stderr)
-        return 2
-    rows = run(args)
-    write_report(Path(args.out), "tree", rows, summary(rows, args))
-    return 0
+    return run_and_report("tree", args, run, summary)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def worker_config(job: JobConfig, *, worker_id: int, coordinator: str, relay_hos
         raise ConfigError("worker_id", worker_id, f"must be in 0..workers-1 (workers={job.workers}); a newcomer "
                                                   "beyond them (max_workers) is started with star worker's own flags")
     return WorkerConfig(
-        worker_id=worker_id, num_workers=job.workers, task=job.task, seed=job.seed, batch_size=job.batch_size,
+        worker_id=worker_id, workers=job.workers, task=job.task, seed=job.seed, batch_size=job.batch_size,
         coordinator=coordinator, trace=job.trace, threads=job.threads_per_process, security=child_security(job),
         relay_host=relay_host if uses_trees(job) else None, transport=job.transport, wire=job.wire)
 
@@ -102,4 +102,4 @@ def coordinator_config(job: JobConfig, *, ps_addresses: Sequence[str], host: str
     shared = {f.name: getattr(job, f.name) for f in dataclasses.fields(RunSettings)}  # every setting the two share
     return CoordinatorConfig(
         **{**shared, "host": host, "security": child_security(job)}, ps_addresses=tuple(ps_addresses),
-        num_workers=job.workers, port=port, placement_file=placement_file, restore=restore)
+        port=port, placement_file=placement_file, restore=restore)

@@ -99,13 +99,15 @@ def _run_node(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ps_parser(sub) -> None:
+def _daemon_parser(sub, role: str, help: str, handler, ready_file: bool) -> None:
+    """`star ps|worker|coordinator`: the daemon's config flags (or --job), and where servers announce their port."""
     from star.cli_children import add_daemon_args
 
-    p = sub.add_parser("ps", allow_abbrev=False, help="run one parameter-server daemon")
-    p.add_argument("--ready-file", help="write {port, pid} here once serving")
-    add_daemon_args(p, "ps")
-    p.set_defaults(handler=_run_ps)
+    p = sub.add_parser(role, allow_abbrev=False, help=help)
+    if ready_file:
+        p.add_argument("--ready-file", help="write {port, pid} here once serving")
+    add_daemon_args(p, role)
+    p.set_defaults(handler=handler)
 
 
 def _run_ps(args: argparse.Namespace) -> int:
@@ -121,14 +123,6 @@ def _run_ps(args: argparse.Namespace) -> int:
     return 0
 
 
-def _worker_parser(sub) -> None:
-    from star.cli_children import add_daemon_args
-
-    p = sub.add_parser("worker", allow_abbrev=False, help="run one worker daemon")
-    add_daemon_args(p, "worker")
-    p.set_defaults(handler=_run_worker)
-
-
 def _run_worker(args: argparse.Namespace) -> int:
     from star.cli_children import daemon_config
     from star.logs import setup_logging
@@ -141,15 +135,6 @@ def _run_worker(args: argparse.Namespace) -> int:
     check_trace("trace.path", config.trace.path)
     setup_logging(f"worker{config.worker_id}")
     return run_worker(config)
-
-
-def _coordinator_parser(sub) -> None:
-    from star.cli_children import add_daemon_args
-
-    p = sub.add_parser("coordinator", allow_abbrev=False, help="run the coordinator (and evaluator) daemon")
-    p.add_argument("--ready-file", help="write {port, pid} here once serving")
-    add_daemon_args(p, "coordinator")
-    p.set_defaults(handler=_run_coordinator)
 
 
 def _run_coordinator(args: argparse.Namespace) -> int:
@@ -277,9 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _job_parser(sub, "launch", "run a whole job on this host (PSs, coordinator, workers)", _run_launch)
     _job_parser(sub, "node", "run this host's part of a multi-host job (torchrun or srun start one on every host)", _run_node)
-    _ps_parser(sub)
-    _worker_parser(sub)
-    _coordinator_parser(sub)
+    _daemon_parser(sub, "ps", "run one parameter-server daemon", _run_ps, ready_file=True)
+    _daemon_parser(sub, "worker", "run one worker daemon", _run_worker, ready_file=False)
+    _daemon_parser(sub, "coordinator", "run the coordinator (and evaluator) daemon", _run_coordinator, ready_file=True)
     _sim_parser(sub)
     _calibrate_parser(sub)
     _train_selector_parser(sub)

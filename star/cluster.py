@@ -17,7 +17,12 @@ from star.rpc.common import host_of
 
 
 class ClusterView:
-    """What the coordinator knows about the workers: the latest reports, per worker."""
+    """What the coordinator knows about the workers.
+
+    Two records, each with its own job: `book` holds what the policies decide on (per-sample
+    speeds by AMP setting, when each worker was last heard: the rule the simulator runs too), and
+    `reports` the raw reports, for the iteration counts and the run's compute/communication summary.
+    """
 
     def __init__(self, num_workers: int, window: int):
         self.num_workers = num_workers
@@ -26,7 +31,6 @@ class ClusterView:
         self.book = ReportBook(num_workers, window=min(WINDOW, window), keep=window)  # what the Controller reads
         self.joined: set[int] = set()
         self.ignored: dict[str, int] = {}
-        self.last_seen_s: dict[int, float] = {}
         self._first_report_s: float | None = None
 
     def accept(self, report: pb.IterationReport, now_s: float) -> bool:
@@ -36,7 +40,6 @@ class ClusterView:
             return self._ignore("unknown_worker")
         if report.heartbeat:
             if report.worker_id in self.reports:
-                self.last_seen_s[report.worker_id] = now_s
                 self.book.heard(report.worker_id, now_s)
             return False
         history = self.reports.setdefault(report.worker_id, deque(maxlen=self.window))
@@ -48,7 +51,6 @@ class ClusterView:
         if max(times) > ABSURD_S or any(t != t for t in times):
             return self._ignore("absurd_time")
         history.append(report)
-        self.last_seen_s[report.worker_id] = now_s
         if report.batch_size > 0:
             self.book.record(np.array([report.worker_id]), now_s, np.array([report.compute_s]), report.push_s,
                              np.array([report.batch_size]), np.array([report.amp]))

@@ -36,6 +36,13 @@ def check_transport_fields(transport: str, wire: str) -> None:
     _require(wire in WIRES, "wire", wire, f"one of {WIRES}")
 
 
+def check_worker_count(workers: int, worker_id: int | None = None) -> None:
+    """A job's worker count (and, for one worker, its id in 0..workers-1): one rule for every config that holds them."""
+    _require(workers >= 1, "workers", workers, "must be >= 1")
+    if worker_id is not None:
+        _require(0 <= worker_id < workers, "worker_id", worker_id, f"must be in 0..{workers - 1} (workers={workers})")
+
+
 def _require(condition: bool, field_name: str, value: Any, reason: str) -> None:
     if not condition:
         raise ConfigError(field_name, value, reason)
@@ -221,6 +228,7 @@ class RunSettings:
     takes as its own flags and a launched one gets from the job (star.child_configs)."""
 
     task: str = "digits"  # built-in task name or "module:function"
+    workers: int = 4  # number of worker processes (a coordinator: workers expected to join)
     max_workers: int = 0  # elastic: workers with ids up to max_workers-1 may join mid-run and are admitted into the plan (0: none)
     out: str = "runs/latest"  # output directory (result.json, curve.csv, events.jsonl, logs/)
     seed: int = 0  # model init and data shuffling
@@ -238,12 +246,19 @@ class RunSettings:
     metrics_port: int | None = None  # Prometheus /metrics: coordinator at P, PS i at P+1+i (0: free ports; URLs in OUT/metrics.json)
     tensorboard: bool = True  # write TensorBoard scalars to OUT/tensorboard/
 
+    def __post_init__(self) -> None:
+        check_worker_count(self.workers)
+        _require(self.max_workers == 0 or self.max_workers >= self.workers, "max_workers", self.max_workers,
+                 f"must be 0 (not elastic) or >= workers ({self.workers})")
+        _require(self.batch_size is None or self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        _require(self.max_time_s > 0, "max_time_s", self.max_time_s, "must be > 0")
+        _require(self.eval_period_s > 0, "eval_period_s", self.eval_period_s, "must be > 0")
+
 
 @dataclass(frozen=True)
 class JobConfig(RunSettings):
     """One training job as `star launch` runs it."""
 
-    workers: int = 4  # number of worker processes
     ps: int = 2  # number of parameter-server processes (shards)
     threads_per_process: int = 1  # torch intra-op threads in each worker / PS
     nonfinite: str = "reject"  # PS policy for NaN/Inf gradients: reject | skip
@@ -256,13 +271,8 @@ class JobConfig(RunSettings):
     resume: str | None = None  # continue a stopped job from its last complete checkpoint set (its OUT or checkpoint dir)
 
     def __post_init__(self) -> None:
-        _require(self.workers >= 1, "workers", self.workers, "must be >= 1")
-        _require(self.max_workers == 0 or self.max_workers >= self.workers, "max_workers", self.max_workers,
-                 f"must be 0 (not elastic) or >= workers ({self.workers})")
+        super().__post_init__()
         _require(self.ps >= 1, "ps", self.ps, "must be >= 1")
-        _require(self.batch_size is None or self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
-        _require(self.max_time_s > 0, "max_time_s", self.max_time_s, "must be > 0")
-        _require(self.eval_period_s > 0, "eval_period_s", self.eval_period_s, "must be > 0")
         _require(self.threads_per_process >= 1, "threads_per_process", self.threads_per_process, "must be >= 1")
         _require(self.nonfinite in NONFINITE_POLICIES, "nonfinite", self.nonfinite, f"one of {NONFINITE_POLICIES}")
         check_transport_fields(self.transport, self.wire)

@@ -27,7 +27,7 @@ from star.tta import EvalPoint, next_version, reached
 from star.cluster import ClusterView, ps_input
 from star.control_loop import Actions, ControlLoop, HostsInput, Reports
 from star.coordinator_config import CoordinatorConfig
-from star.coordinator_checks import ABSURD_S, directives_problem, join_problem, report_problem, resources_problem
+from star.coordinator_checks import directives_problem, join_problem, report_problem, resources_problem
 from star.coordinator_restore import restore_control, restore_coordinator, save_state
 from star.coordinator_result import result_dict
 from star.events import EventLog
@@ -50,7 +50,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     def __init__(self, config: CoordinatorConfig, events: EventLog):
         self.config = config
         self.events = events
-        self.worker_limit = max(config.num_workers, config.max_workers)  # worker ids 0..worker_limit-1 may join
+        self.worker_limit = max(config.workers, config.max_workers)  # worker ids 0..worker_limit-1 may join
         self.cluster = ClusterView(self.worker_limit, config.report_window)
         self.pending_admissions: set[int] = set()  # joined mid-run, admitted into the plan at the next decision period
         self.hosts = HostBook()
@@ -85,7 +85,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                 self.cluster.forget(request.worker_id)
                 self.events.emit("worker_restarted", worker=request.worker_id, host=request.host, pid=request.pid)
             self.cluster.joined.add(request.worker_id)
-            if request.worker_id >= self.config.num_workers and self.plan and request.worker_id not in self.plan.workers:
+            if request.worker_id >= self.config.workers and self.plan and request.worker_id not in self.plan.workers:
                 self.pending_admissions.add(request.worker_id)
             self.events.emit("worker_joined", worker=request.worker_id, host=request.host, pid=request.pid)
             return pb.JoinReply(ps_addresses=self.ps_addresses, directives=self._directives_for(request.worker_id))
@@ -217,7 +217,7 @@ class Coordinator:
                              reason="parameter servers restored from checkpoints"
                              + (" (shards at different versions: they were checkpointed apart)" if len(set(versions)) > 1 else ""))
         self.ps_watch.observe(stats, 0)
-        plan = self.config.plan.build(self.config.num_workers, epoch=max(s.plan_epoch for s in stats) + 1)
+        plan = self.config.plan.build(self.config.workers, epoch=max(s.plan_epoch for s in stats) + 1)
         self.ps.configure(plan)
         self.service.plan = plan
         if self.config.placement_file:
@@ -228,7 +228,7 @@ class Coordinator:
     def run_control(self) -> None:
         """Every decision period: gather the inputs, step the pure control loop (star.control_loop), carry out its actions."""
         control = for_strategy(self.config.control, self.config.plan.mode)
-        loop = ControlLoop(control, self.config.num_workers, self.config.batch_size or self.task.default_batch_size,
+        loop = ControlLoop(control, self.config.workers, self.config.batch_size or self.task.default_batch_size,
                            self.config.placement)
         self.events.emit("control", strategy=self.config.plan.mode, amp=control.amp, selector=control.selector,
                          batch=control.batch, exclude=control.exclude, detector=control.detector.rule,
@@ -444,7 +444,7 @@ def run_coordinator(config: CoordinatorConfig, ready_file: str | None = None) ->
         metrics_port = (coordinator.observer.serve_metrics(config.host, config.metrics_port, coordinator.task.metric_name)
                         if config.metrics_port is not None else None)
         write_ready_file(ready_file, port=port, role="coordinator", metrics_port=metrics_port)
-        log(logger, logging.INFO, "serving", port=port, workers=config.num_workers, mode=config.plan.mode)
+        log(logger, logging.INFO, "serving", port=port, workers=config.workers, mode=config.plan.mode)
         control = threading.Thread(target=coordinator.run_control, name="control", daemon=True)
         control.start()
         coordinator.run_evaluations()

@@ -18,7 +18,6 @@ class CoordinatorConfig(RunSettings):
     """One coordinator process (and its evaluator)."""
 
     ps_addresses: tuple[str, ...] = ()  # every PS, in ps_index order
-    num_workers: int = 1  # workers expected to join
     startup_timeout_s: float = 180.0  # the first update must happen within this
     port: int = 0  # 0 = an ephemeral port (written to the ready file)
     report_window: int = 20  # per-worker reports kept for statistics

@@ -12,7 +12,7 @@ def result_dict(coordinator, points: list[EvalPoint], stats: list) -> dict:
     return {
         "task": config.task,
         "mode": config.plan.mode,
-        "workers": config.num_workers,
+        "workers": config.workers,
         "ps": len(config.ps_addresses),
         "metric": coordinator.task.metric_name,
         "target": coordinator.target,

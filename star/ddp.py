@@ -10,7 +10,6 @@ and no coordinator. Every rank dies with the launcher; a crashed rank ends the j
 from __future__ import annotations
 
 import csv
-import json
 import os
 import signal
 import socket
@@ -22,7 +21,7 @@ from typing import Callable
 
 from star.cli_checks import check_task
 from star.config import JobConfig, to_toml
-from star.processes import JOB_FILE, PARENT_PID_ENV, InterruptedBeforeResult, LaunchError, signals_stop_the_job
+from star.processes import JOB_FILE, PARENT_PID_ENV, LaunchError, finish_result, signals_stop_the_job
 
 RANK_GRACE_S = 10.0
 
@@ -73,15 +72,7 @@ def launch_ddp(config: JobConfig, progress: Callable[[str], None] | None = None,
             interrupted = True
         finally:
             _stop(ranks)
-    result_path = out / "result.json"
-    if not result_path.exists():
-        if interrupted:
-            raise InterruptedBeforeResult("interrupted before a result was written")
-        raise LaunchError(f"no result written to {result_path}")
-    result = json.loads(result_path.read_text())
-    result.update(wall_s=round(time.monotonic() - started, 3), interrupted=interrupted, out=str(out), restarts={})
-    result_path.write_text(json.dumps(result, indent=2))
-    return result
+    return finish_result(out, interrupted, started, restarts={})
 
 
 def _wait(ranks: list[tuple[int, subprocess.Popen, Path]], out: Path, progress, timeout_s: float) -> None:

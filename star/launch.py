@@ -9,7 +9,6 @@ no process outlives a job.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import secrets
 import threading
@@ -25,7 +24,7 @@ from star.config import JobConfig, to_toml
 from star.ddp_rules import DDP_MODE
 from star.node_agent import NodeAgent
 from star.processes import (JOB_FILE, Child, InterruptedBeforeResult, LaunchError, ProcessGroup, _tail, _wait_ready,
-                            child_args, signals_stop_the_job, with_flag)
+                            child_args, finish_result, signals_stop_the_job, with_flag)
 from star.metrics import METRICS_FILE, check_metrics_ports, ready_metrics_port, write_metrics_file
 from star.straggler import format_summary
 from star.rpc import star_pb2 as pb
@@ -121,18 +120,10 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
                 agent.stop()
             group.shutdown()
             sweep_mailboxes()  # shared memory of any PS that did not exit cleanly
-    result_path = out / "result.json"
-    if not result_path.exists():
-        if interrupted:
-            raise InterruptedBeforeResult("interrupted before a result was written")
-        raise LaunchError(f"no result written to {result_path}")
-    result = json.loads(result_path.read_text())
-    result.setdefault("faults", {}).update(coordinator_restarts=outages.restarts,
-                                           coordinator_down_s=round(outages.seconds, 3))
-    result.update(wall_s=round(time.monotonic() - started, 3), interrupted=interrupted, out=str(out),
-                  restarts={c.name: c.restarts for c in group.children if c.restarts}, job_id=job_id,
-                  resumed_from=str(restore_dir) if restore_dir else None)
-    result_path.write_text(json.dumps(result, indent=2))
+    result = finish_result(out, interrupted, started,
+                           faults=dict(coordinator_restarts=outages.restarts, coordinator_down_s=round(outages.seconds, 3)),
+                           restarts={c.name: c.restarts for c in group.children if c.restarts}, job_id=job_id,
+                           resumed_from=str(restore_dir) if restore_dir else None)
     if progress and result.get("straggler_summary"):
         progress("straggler summary (seconds; others waited: by the PSs' clocks):\n" + format_summary(result["straggler_summary"]))
     return result

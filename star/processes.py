@@ -29,6 +29,23 @@ class InterruptedBeforeResult(LaunchError):
     """Ctrl-C or SIGTERM stopped the job before it wrote result.json."""
 
 
+def finish_result(out: Path, interrupted: bool, started_s: float, faults: dict | None = None, **facts) -> dict:
+    """The job's OUT/result.json, completed with what only the launcher knows (wall time, whether it
+    was interrupted, `facts`, and `faults` merged into its faults) and written back; refuses, saying
+    why, when the job wrote none."""
+    result_path = out / "result.json"
+    if not result_path.exists():
+        if interrupted:
+            raise InterruptedBeforeResult("interrupted before a result was written")
+        raise LaunchError(f"no result written to {result_path}")
+    result = json.loads(result_path.read_text())
+    if faults:
+        result.setdefault("faults", {}).update(faults)
+    result.update(wall_s=round(time.monotonic() - started_s, 3), interrupted=interrupted, out=str(out), **facts)
+    result_path.write_text(json.dumps(result, indent=2))
+    return result
+
+
 PARENT_PID_ENV = "STAR_PARENT_PID"
 
 

@@ -59,26 +59,23 @@ def exact_stretch(stretch: float) -> Fraction:
     return Fraction(str(float(stretch)))
 
 
-def parse_int_cell(text: str | None, name: str, where: str) -> int:
-    """Parse a CSV cell as a non-negative integer, naming the column on failure."""
+def _parse_cell(text: str | None, name: str, where: str, parse, what: str):
     if text is None or not text.strip():
         raise fail(name, text, "missing value", where)
     try:
-        value = int(text)
+        return parse(text)
     except ValueError:
-        raise fail(name, text, "not an integer", where) from None
-    return check_index(value, name, where)
+        raise fail(name, text, f"not {what}", where) from None
+
+
+def parse_int_cell(text: str | None, name: str, where: str) -> int:
+    """Parse a CSV cell as a non-negative integer, naming the column on failure."""
+    return check_index(_parse_cell(text, name, where, int, "an integer"), name, where)
 
 
 def parse_float_cell(text: str | None, name: str, where: str) -> float:
     """Parse a CSV cell as a finite positive number, naming the column on failure."""
-    if text is None or not text.strip():
-        raise fail(name, text, "missing value", where)
-    try:
-        value = float(text)
-    except ValueError:
-        raise fail(name, text, "not a number", where) from None
-    return check_factor(value, name, where)
+    return check_factor(_parse_cell(text, name, where, float, "a number"), name, where)
 
 
 # ----------------------------------------------------------------------- mapping

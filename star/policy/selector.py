@@ -75,8 +75,13 @@ class HeuristicSelector:
         estimates = candidate_estimates(workers, stragglers, iter_time_s, batch, b_noise, penalty, self.config.modes)
         if not estimates:
             return ModeDecision(None, "no candidate plans", ())
-        best = min(estimates, key=lambda e: e.seconds_per_progress)
         now = _same_rounds(current, estimates) or estimate(current, iter_time_s, batch, b_noise, penalty)
+        return self.choose(period, current, now, estimates)
+
+    def choose(self, period: int, current: SyncPlan, now: Estimate, estimates: Sequence[Estimate]) -> ModeDecision:
+        """Switch to the fastest candidate when it beats the current plan (`now`) by the margin and the
+        last switch is at least `min_dwell` decisions old."""
+        best = min(estimates, key=lambda e: e.seconds_per_progress)
         if same_shape(best.plan, current):
             return ModeDecision(None, f"{current.label} is already the best plan ({now.seconds_per_progress:.4f} s/step)", estimates)
         if period - self._last_switch < self.config.min_dwell:

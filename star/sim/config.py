@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from star.config import ConfigError, PlanConfig, TraceConfig, from_dict, load_toml, merge
+from star.config import ConfigError, PlanConfig, TraceConfig, check_worker_count, from_dict, load_toml, merge
 from star.placement import PlacementConfig
 from star.policy.controller import ControlConfig
 
@@ -178,7 +178,7 @@ class SimConfig:
     placement: PlacementConfig = field(default_factory=PlacementConfig)  # with ps_hosts: where shards start, re-placement (as star launch)
 
     def __post_init__(self) -> None:
-        _require(self.workers >= 1, "workers", self.workers, "must be >= 1")
+        check_worker_count(self.workers)
         _require(self.iterations >= 1, "iterations", self.iterations, "must be >= 1")
         _require(self.max_time_s > 0, "max_time_s", self.max_time_s, "must be > 0")
         _require(self.control.decision_period_s > 0, "control.decision_period_s", self.control.decision_period_s, "must be > 0")

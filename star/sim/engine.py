@@ -183,6 +183,17 @@ class Simulation:
             self._start_iteration(refused, self.arrive[refused].copy())
 
     # ---- groups -----------------------------------------------------------------
+    def _close_round(self, g: int, winners: np.ndarray, close: float, log: UpdateLog) -> None:
+        """Group g's round closes at `close` on `winners`' gradients: one update, applied `ps_s` later,
+        and the winners pull the new version and start their next iteration."""
+        self._finish(winners)
+        t = close + self.ps_s
+        log.one(t, self._samples(winners).sum(), self.start[winners])
+        self.noise.round(self.cur_batch, winners)  # the PS's B_noise estimate sees it
+        self.round[g] += 1
+        self.rnd[winners] = self.round[g]
+        self._start_iteration(winners, np.full(len(winners), t), self._released_at(winners, close, t))
+
     def _run_sync(self, g: int, members: np.ndarray, end: float, log: UpdateLog) -> None:
         while True:
             self._resolve_refused(members, end, self.round[g])
@@ -190,13 +201,7 @@ class Simulation:
             if close >= end:
                 self._finish(members[self.arrive[members] < end])
                 return
-            self._finish(members)
-            t = close + self.ps_s
-            log.one(t, self._samples(members).sum(), self.start[members])
-            self.noise.round(self.cur_batch, members)  # the PS's B_noise estimate sees it
-            self.round[g] += 1
-            self.rnd[members] = self.round[g]
-            self._start_iteration(members, np.full(len(members), t), self._released_at(members, close, t))
+            self._close_round(g, members, close, log)
 
     def _run_kofn(self, g: int, members: np.ndarray, quorum: int, end: float, log: UpdateLog) -> None:
         late_apply = self.plan.late_policy is LatePolicy.APPLY
@@ -224,16 +229,11 @@ class Simulation:
                 return
             candidates = members[on]
             winners = candidates[np.argsort(on_arrivals, kind="stable")[:quorum]]
-            self._finish(winners)
-            t = close + self.ps_s
-            log.one(t, self._samples(winners).sum(), self.start[winners])
-            self.noise.round(self.cur_batch, winners)  # the PS's B_noise estimate sees it
-            self.round[g] += 1
-            self.rnd[winners] = self.round[g]
             # Late workers are restarted in bulk against an estimate of the close; one that pulled again
             # at or after the actual close computes for the next round, as the Aggregator counts it.
-            self.rnd[candidates[self.start[candidates] >= close]] = self.round[g]
-            self._start_iteration(winners, np.full(len(winners), t), self._released_at(winners, close, t))
+            pulled_after_close = candidates[self.start[candidates] >= close]
+            self._close_round(g, winners, close, log)
+            self.rnd[pulled_after_close] = self.round[g]
 
     def _run_singles(self, members: np.ndarray, end: float, log: UpdateLog, apply: bool = True) -> None:
         if self.plan.staleness_bound is not None and apply:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
+from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 METRICS = ("accuracy", "loss")
@@ -133,6 +134,16 @@ class Task:
     def reached(self, metric: float, target: float) -> bool:
         """Whether `metric` is at least as good as `target` in this task's direction."""
         return metric >= target if self.higher_is_better else metric <= target
+
+def classification_task(name: str, build_model: Callable[[int], torch.nn.Module], train: TaskData | Dataset,
+                        heldout: TaskData | Dataset, *, target: float, batch_size: int, lr: float,
+                        eval_batch_size: int = 256) -> Task:
+    """A classifier trained with cross-entropy and SGD with momentum 0.9, judged by held-out accuracy:
+    what the built-in image tasks share; only their data, model and calibrated numbers differ."""
+    return Task(name=name, build_model=build_model, train=train, heldout=heldout, loss_fn=F.cross_entropy,
+                metric_name="accuracy", higher_is_better=True, default_target=target, default_batch_size=batch_size,
+                default_lr=lr, default_optimizer="sgd", default_momentum=0.9, eval_batch_size=eval_batch_size)
+
 
 
 def is_map_dataset(data: object) -> bool:

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from star.tasks.base import init_relu_convnet, Task, TaskData, seeded_build
+from star.tasks.base import Task, TaskData, classification_task, init_relu_convnet, seeded_build
 
 HELDOUT_FRACTION = 0.2
 NUM_CLASSES = 10
@@ -93,17 +93,6 @@ def build_task(data_seed: int = 0) -> Task:
     images, labels = load_arrays()
     train, heldout = split_indices(labels, data_seed)
     images = standardise(images, train)
-    return Task(
-        name="digits",
-        build_model=build_model,
-        train=TaskData(torch.from_numpy(images[train]), torch.from_numpy(labels[train])),
-        heldout=TaskData(torch.from_numpy(images[heldout]), torch.from_numpy(labels[heldout])),
-        loss_fn=F.cross_entropy,
-        metric_name="accuracy",
-        higher_is_better=True,
-        default_target=0.95,
-        default_batch_size=64,
-        default_lr=0.005,
-        default_optimizer="sgd",
-        default_momentum=0.9,
-    )
+    return classification_task("digits", build_model, TaskData(torch.from_numpy(images[train]), torch.from_numpy(labels[train])),
+                               TaskData(torch.from_numpy(images[heldout]), torch.from_numpy(labels[heldout])),
+                               target=0.95, batch_size=64, lr=0.005)

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from star.tasks.base import Task, TaskData, seeded_build
+from star.tasks.base import Task, TaskData, classification_task, seeded_build
 
 NUM_CLASSES = 10
 IMAGE_SIZE = 32
@@ -142,18 +142,4 @@ def build_model(seed: int) -> nn.Module:
 def build_task(data_seed: int = 0) -> Task:
     """`data_seed` picks the class textures and the images."""
     train, heldout = generate_split(data_seed)
-    return Task(
-        name="resnet",
-        build_model=build_model,
-        train=train,
-        heldout=heldout,
-        loss_fn=F.cross_entropy,
-        metric_name="accuracy",
-        higher_is_better=True,
-        default_target=0.8,
-        default_batch_size=16,
-        default_lr=0.05,
-        default_optimizer="sgd",
-        default_momentum=0.9,
-        eval_batch_size=64,
-    )
+    return classification_task("resnet", build_model, train, heldout, target=0.8, batch_size=16, lr=0.05, eval_batch_size=64)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from star.tasks.base import init_relu_convnet, Task, TaskData, seeded_build
+from star.tasks.base import Task, TaskData, classification_task, init_relu_convnet, seeded_build
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)
@@ -83,18 +83,5 @@ def build_model(seed: int) -> nn.Module:
 def build_task(data_seed: int = 0) -> Task:
     """`data_seed` regenerates images, teacher and labels from scratch."""
     train, heldout = generate(data_seed)
-    return Task(
-        name="synthetic-cnn",
-        build_model=build_model,
-        train=train,
-        heldout=heldout,
-        loss_fn=F.cross_entropy,
-        metric_name="accuracy",
-        higher_is_better=True,
-        default_target=0.7,
-        default_batch_size=32,
-        default_lr=0.005,
-        default_optimizer="sgd",
-        default_momentum=0.9,
-        eval_batch_size=128,
-    )
+    return classification_task("synthetic-cnn", build_model, train, heldout, target=0.7, batch_size=32, lr=0.005,
+                               eval_batch_size=128)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from star.config import SecurityConfig, TraceConfig, check_transport_fields
+from star.config import SecurityConfig, TraceConfig, check_transport_fields, check_worker_count
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
     """One worker process."""
 
-    worker_id: int = 0  # 0..num_workers-1
-    num_workers: int = 1  # total workers: decides this worker's data shard
+    worker_id: int = 0  # 0..workers-1
+    workers: int = 1  # the job's worker count: decides this worker's data shard
     task: str = "digits"  # built-in task name or module:function
     seed: int = 0  # model init (identical on every worker) and data order
     batch_size: int | None = None  # per iteration; default the task's; the coordinator may change it
@@ -34,4 +34,5 @@ class WorkerConfig:
     wire: str = "float32"  # gRPC payload dtype: float32 | bfloat16
 
     def __post_init__(self) -> None:
+        check_worker_count(self.workers, self.worker_id)
         check_transport_fields(self.transport, self.wire)

@@ -48,7 +48,7 @@ class Worker:
         self.batch_size = config.batch_size or self.task.default_batch_size
         self.base_batch = self.batch_size  # the even share; batch directives are relative to it
         self.amp = AmpSwitch(self.device, enabled=config.amp)
-        self.batches = batch_stream(self.task, config.worker_id, config.num_workers, config.seed, self.batch_size)
+        self.batches = batch_stream(self.task, config.worker_id, config.workers, config.seed, self.batch_size)
         self.slowdown = self._load_slowdown()
         self.iteration = 0
         self.stale_pushes = 0
@@ -62,7 +62,7 @@ class Worker:
         c = self.config
         if not c.trace.path:
             return None
-        return load_worker_slowdown(c.trace.path, c.worker_id, c.num_workers, c.trace.workers, c.trace.stretch)
+        return load_worker_slowdown(c.trace.path, c.worker_id, c.workers, c.trace.workers, c.trace.stretch)
 
     # ---- the loop --------------------------------------------------------------
     def run(self) -> int:

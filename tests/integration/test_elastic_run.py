@@ -28,7 +28,7 @@ def _start_worker_by_hand(out, worker_id: int, num_workers: int) -> subprocess.P
     env.pop("STAR_PARENT_PID", None)
     log = open(out / "logs" / f"hand-worker{worker_id}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "star.cli", "worker", "--worker-id", str(worker_id),
-                             "--num-workers", str(num_workers), "--task", "digits", "--coordinator", f"127.0.0.1:{port}"],
+                             "--workers", str(num_workers), "--task", "digits", "--coordinator", f"127.0.0.1:{port}"],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
 
 

@@ -154,7 +154,7 @@ class Daemons:
         self.out = tmp / "run"
         self.coordinator = self._start(
             "coordinator",
-            ["coordinator", "--ps-addresses", self.ps_for_coordinator, "--num-workers", str(NUM_WORKERS), "--task", "digits",
+            ["coordinator", "--ps-addresses", self.ps_for_coordinator, "--workers", str(NUM_WORKERS), "--task", "digits",
              "--startup-timeout-s", "3600", "--eval-period-s", "2", "--out", str(self.out),
              "--control.decision_period_s", "3600"],  # parked: no background decision writes events or changes the mode
             tmp,

@@ -92,7 +92,7 @@ def _start_coordinator(group: ProcessGroup, tmp_path: Path, ps_address: str) -> 
     ready = tmp_path / "logs" / "coordinator.ready"
     child = group.spawn(
         "coordinator",
-        ["coordinator", "--ps-addresses", ps_address, "--num-workers", "2", "--task", "digits", "--out", str(tmp_path / "run"),
+        ["coordinator", "--ps-addresses", ps_address, "--workers", "2", "--task", "digits", "--out", str(tmp_path / "run"),
          "--startup-timeout-s", "600", "--ready-file", str(ready)],
     )
     return address("127.0.0.1", _wait_ready(group, child, ready, 60.0))

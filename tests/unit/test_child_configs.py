@@ -52,7 +52,7 @@ def test_worker_config_takes_the_trace_and_transport_from_the_job(tmp_path):
 def test_each_worker_gets_its_index_and_the_number_of_workers():
     job = JobConfig(workers=4)
     workers = [worker_config(job, worker_id=w, coordinator="h:1", relay_host="h") for w in range(4)]
-    assert [(w.worker_id, w.num_workers) for w in workers] == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    assert [(w.worker_id, w.workers) for w in workers] == [(0, 4), (1, 4), (2, 4), (3, 4)]
 
 
 @pytest.mark.parametrize("data, serves", [({}, False), ({"plan": {"tree_fanout": 2}}, True),
@@ -122,7 +122,7 @@ def test_coordinator_config_takes_the_jobs_plan_policies_and_targets(tmp_path):
     coordinator = coordinator_config(job, ps_addresses=["h:1", "h:2"], host="10.0.0.1", placement_file="p.json")
     assert (coordinator.plan, coordinator.control, coordinator.evaluation, coordinator.placement) == (
         job.plan, job.control, job.evaluation, job.placement)
-    assert (coordinator.num_workers, coordinator.max_workers, coordinator.task, coordinator.seed, coordinator.target) == (3, 5, "digits", 7, 0.8)
+    assert (coordinator.workers, coordinator.max_workers, coordinator.task, coordinator.seed, coordinator.target) == (3, 5, "digits", 7, 0.8)
     assert (coordinator.max_time_s, coordinator.eval_period_s, coordinator.stop_at_target, coordinator.tensorboard) == (
         job.max_time_s, job.eval_period_s, False, False)
     assert (coordinator.out, coordinator.batch_size, coordinator.metrics_port) == (job.out, 16, 9100)
@@ -175,15 +175,15 @@ def test_the_job_file_form_of_each_daemon_gives_the_config_of_its_pure_function(
 
 
 def test_the_hand_form_of_a_daemon_still_takes_its_own_flags():
-    config = _from_command_line(["worker", "--worker-id", "3", "--num-workers", "4", "--coordinator", "h:1", "--trace.stretch", "0.5"])
-    assert (config.worker_id, config.num_workers, config.coordinator, config.trace.stretch) == (3, 4, "h:1", 0.5)
+    config = _from_command_line(["worker", "--worker-id", "3", "--workers", "4", "--coordinator", "h:1", "--trace.stretch", "0.5"])
+    assert (config.worker_id, config.workers, config.coordinator, config.trace.stretch) == (3, 4, "h:1", 0.5)
 
 
 @pytest.mark.parametrize("argv, message", [
     (["ps", "--ps-index", "0", "--host", "h", "--job-id", "j", "--checkpoint-dir", "c", "--optimizer.lr", "0.1"],
      "optimizer.lr='0.1': comes from the job file given with --job"),
-    (["worker", "--worker-id", "0", "--coordinator", "h:1", "--relay-host", "h", "--num-workers", "8"],
-     "num_workers='8': comes from the job file given with --job"),
+    (["worker", "--worker-id", "0", "--coordinator", "h:1", "--relay-host", "h", "--workers", "8"],
+     "workers='8': comes from the job file given with --job"),
     (["coordinator", "--ps-addresses", "h:1,h:2", "--host", "h", "--no-tensorboard"], "tensorboard=False: comes from the job file"),
     (["worker", "--worker-id", "0", "--coordinator", "h:1"], "relay_host=None: --job needs --relay-host"),
     (["ps", "--host", "h", "--job-id", "j", "--checkpoint-dir", "c"], "ps_index=None: --job needs --ps-index"),

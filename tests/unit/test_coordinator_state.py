@@ -129,7 +129,7 @@ class _FakePs:
 
 def _coordinator(tmp_path, stats):
     events = EventLog(tmp_path / "events.jsonl")
-    return SimpleNamespace(ps=_FakePs(stats), service=CoordinatorService(CoordinatorConfig(num_workers=3), events),
+    return SimpleNamespace(ps=_FakePs(stats), service=CoordinatorService(CoordinatorConfig(workers=3), events),
                            events=events, out=tmp_path, ps_watch=PsWatch(), target=0.9,
                            task=SimpleNamespace(higher_is_better=True), restored_control=None, restored_points=[],
                            stop=threading.Event())

@@ -17,7 +17,6 @@ import heapq
 import math
 import operator
 import random
-from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -93,10 +92,8 @@ def plain_candidate_plans(workers: Sequence[int], stragglers: frozenset[int], it
     return plans
 
 
-@dataclass
-class PlainSelector:
-    config: SelectorConfig = field(default_factory=SelectorConfig)
-    _last_switch: int = -(10**9)
+class PlainSelector(HeuristicSelector):
+    """The selector with the candidates and their estimates built the plain way; the choice among them is the library's."""
 
     def decide(self, period, current, iter_time_s, batch, stragglers, b_noise=0.0) -> ModeDecision:
         workers = current.workers
@@ -108,23 +105,8 @@ class PlainSelector:
         )
         if not estimates:
             return ModeDecision(None, "no candidate plans", ())
-        best = min(estimates, key=lambda e: e.seconds_per_progress)
         now = plain_estimate(current, iter_time_s, batch, b_noise, self.config.staleness_penalty)
-        if same_shape(best.plan, current):
-            return ModeDecision(None, f"{current.label} is already the best plan ({now.seconds_per_progress:.4f} s/step)", estimates)
-        if period - self._last_switch < self.config.min_dwell:
-            return ModeDecision(None, f"dwell: last switch {period - self._last_switch} decisions ago", estimates)
-        gain = 1 - best.seconds_per_progress / now.seconds_per_progress
-        if gain < self.config.margin:
-            return ModeDecision(
-                None, f"best {best.plan.label} gains only {gain:.1%} over {current.label} (margin {self.config.margin:.0%})", estimates
-            )
-        self._last_switch = period
-        return ModeDecision(
-            best.plan,
-            f"{best.plan.label} {best.seconds_per_progress:.4f} s/step beats {current.label} {now.seconds_per_progress:.4f} by {gain:.1%}",
-            estimates,
-        )
+        return self.choose(period, current, now, estimates)
 
 
 def one_sample_at_a_time(per_sample, total, fixed, lo, hi):
