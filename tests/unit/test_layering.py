@@ -1,6 +1,6 @@
-"""The project's modules import each other without cycles, imports inside functions included; the
-installed distribution is the one top-level package `star`, which needs nothing from the checkout-only
-`benchmarks/` scripts and re-exports no other module's names."""
+"""The project's modules import each other without cycles, imports inside functions included, and none
+is over 500 lines; the installed distribution is the one top-level package `star`, which needs nothing
+from the checkout-only `benchmarks/` scripts and re-exports no other module's names."""
 
 from __future__ import annotations
 
@@ -126,6 +126,17 @@ def test_project_has_no_import_cycles_even_through_function_level_imports():
     found = cycles(graph)
     details = ["; ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in found]
     assert not found, "import cycles:\n" + "\n".join(details)
+
+
+MAX_MODULE_LINES = 500
+
+
+def test_no_hand_written_module_is_over_500_lines():
+    """Long modules are split by job; generated protobuf code is exempt (it is generated, never edited)."""
+    long = {name: n for name, path in module_files().items()
+            if not path.name.endswith(("_pb2.py", "_pb2_grpc.py"))
+            and (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
 @pytest.mark.parametrize("edges, expected", [
