@@ -135,6 +135,7 @@ class Task:
         """Whether `metric` is at least as good as `target` in this task's direction."""
         return metric >= target if self.higher_is_better else metric <= target
 
+
 def classification_task(name: str, build_model: Callable[[int], torch.nn.Module], train: TaskData | Dataset,
                         heldout: TaskData | Dataset, *, target: float, batch_size: int, lr: float,
                         eval_batch_size: int = 256) -> Task:
@@ -143,7 +144,6 @@ def classification_task(name: str, build_model: Callable[[int], torch.nn.Module]
     return Task(name=name, build_model=build_model, train=train, heldout=heldout, loss_fn=F.cross_entropy,
                 metric_name="accuracy", higher_is_better=True, default_target=target, default_batch_size=batch_size,
                 default_lr=lr, default_optimizer="sgd", default_momentum=0.9, eval_batch_size=eval_batch_size)
-
 
 
 def is_map_dataset(data: object) -> bool:
