@@ -1,21 +1,25 @@
-"""Same-host shared-memory mailboxes: Push and Pull payloads at memory speed, gRPC carrying the header.
+"""Same-host shared memory: Push and Pull payloads at memory speed, gRPC carrying the header.
 
 One mailbox per (PS, worker): a file under /dev/shm that the PS creates when a worker registers
 asking for one (RegisterRequest.want_shm) and that the worker only attaches to. Layout: a
 4 KiB header page, then the push area and the pull area (the PS's shard length in float32 each).
+One pull board per PS: a few areas of the shard's length, each holding one parameter version that
+the PS writes once and every same-host worker reads (star/ps_server/board.py decides which slot may
+be written); a worker's own pull area is the fallback when every slot is still being read.
 
-Ownership rule (nothing is read half-written): the push area belongs to the worker except while
-its Push call is in flight, the pull area belongs to the PS only while it serves that worker's
-Pull call. The worker writes its gradient, stamps `push_seq`, then sends Push(shm_seq); the PS
-checks the stamp and copies the gradient out before it answers. The PS copies the parameters of
-the version it serves, stamps `pull_seq`, then answers Pull(shm_seq); the worker checks the stamp
-and copies them out before its next call. Each side is blocked on the other's RPC while the other
-writes, so a mailbox is never read while being written. Should the rule ever be broken, a reader
-still never takes a mix of two versions: a writer clears the stamp before it writes and stamps
-after, and a reader checks the stamp before and after its copy (a seqlock); a stamp that does not
-match the call is refused (`bad_shm_seq` at the PS), never used. (Store order is x86's TSO.)
+Ownership rule (nothing is read half-written): the push area belongs to the worker until it sends
+Push, then to the PS until that gradient is applied or dropped. Pushing again needs a Pull in between,
+and the PS answers a worker's Pull only once its previous gradient left the open round, so the worker
+never writes a gradient the PS still holds; the PS therefore sums it straight out of the mailbox, no
+copy. The pull area belongs to the PS only while it serves that worker's Pull; the worker checks the
+stamp and copies the parameters out before its next call. Should the rule ever be broken, a reader
+still never takes a mix of two versions: a writer clears the stamp before it writes and stamps after
+(stamps only grow), and a reader checks the stamp before and after using the data (a seqlock); a
+stamp that does not match is refused (`bad_shm_seq` at the PS, or the gradient left out of its sum),
+never used. (Store order is x86's TSO.)
 
-No leaks: names carry the job and the owning PS's pid (`star-<job>-<pid>-ps<i>-w<worker>`); a PS
+No leaks: names carry the job and the owning PS's pid (`star-<job>-<pid>-ps<i>-w<worker>`, and
+`...-ps<i>-board`); a PS
 unlinks its mailboxes when it exits, and `sweep()` (run when a PS or a launcher starts and when a
 launcher ends) unlinks every mailbox whose owner is gone, which is what a kill -9 leaves behind.
 The files are created 0600, so only the job's user can map them; callers still pass the job token.
@@ -40,7 +44,9 @@ MAGIC = 0x53544152_53484D31  # "STARSHM1"
 _NONCE_BYTES = 16
 # Header words (uint64) after the magic and the 16-byte nonce.
 _NUMEL, _PUSH_SEQ, _PULL_SEQ, _PULL_VERSION = 3, 4, 5, 6
-_NAME = re.compile(r"^star-(?P<job>[A-Za-z0-9_]{1,32})-(?P<pid>\d+)-ps\d+-w\d+$")
+_BOARD_WORDS = 8  # a pull board's first slot word; each slot has two (stamp, version)
+MAX_BOARD_SLOTS = (HEADER_BYTES // 8 - _BOARD_WORDS) // 2
+_NAME = re.compile(r"^star-(?P<job>[A-Za-z0-9_]{1,32})-(?P<pid>\d+)-ps\d+-(w\d+|board)$")
 
 
 class ShmError(RuntimeError):
@@ -89,43 +95,51 @@ def mailbox_bytes(numel: int) -> int:
     return HEADER_BYTES + 2 * 4 * numel
 
 
-class Mailbox:
-    """One worker's mailbox at one PS, mapped into this process (create: the PS; attach: the worker)."""
+def board_name(job_id: str, ps_index: int, pid: int | None = None) -> str:
+    return f"{PREFIX}{job_tag(job_id)}-{os.getpid() if pid is None else pid}-ps{ps_index}-board"
 
-    def __init__(self, path: Path, numel: int, owner: bool, fd: int):
+
+class _Segment:
+    """A file under /dev/shm: a 4 KiB header page (magic, nonce, numel, then the user's words) and
+    float32 data, mapped into this process. The creator (a PS) writes the header; an attacher (a worker)
+    checks that it finds the nonce it was told, the proof that both see the same memory."""
+
+    def __init__(self, path: Path, numel: int, data_numel: int, owner: bool, fd: int):
         self.path, self.numel, self.owner = path, numel, owner
         try:
-            self._map = mmap.mmap(fd, mailbox_bytes(numel))
+            self._map = mmap.mmap(fd, HEADER_BYTES + 4 * data_numel)
         finally:
             os.close(fd)
-        self._header = np.frombuffer(self._map, dtype=np.uint64, count=8)
-        self.push_area = torch.frombuffer(self._map, dtype=torch.float32, count=numel, offset=HEADER_BYTES)
-        self.pull_area = torch.frombuffer(self._map, dtype=torch.float32, count=numel, offset=HEADER_BYTES + 4 * numel)
-        self._seq = 0
+        self._header = np.frombuffer(self._map, dtype=np.uint64, count=HEADER_BYTES // 8)
         self.nonce = b""  # the creator's: what attach() must find in the header
 
+    def _area(self, index: int) -> torch.Tensor:
+        """The index-th run of `numel` floats after the header."""
+        return torch.frombuffer(self._map, dtype=torch.float32, count=self.numel, offset=HEADER_BYTES + 4 * self.numel * index)
+
     @classmethod
-    def create(cls, name: str, numel: int, directory: Path = SHM_DIR) -> tuple["Mailbox", bytes]:
-        """A new mailbox (0600) with its memory reserved now (a full /dev/shm fails here, not with SIGBUS later)."""
+    def _create(cls, name: str, numel: int, data_numel: int, directory: Path, *extra):
+        """A new segment (0600) with its memory reserved now (a full /dev/shm fails here, not with SIGBUS later)."""
         path = directory / name
+        size = HEADER_BYTES + 4 * data_numel
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.posix_fallocate(fd, 0, mailbox_bytes(numel))
+            os.posix_fallocate(fd, 0, size)
         except OSError as exc:
             os.close(fd)
             path.unlink(missing_ok=True)
-            raise ShmError(f"cannot reserve {mailbox_bytes(numel)} bytes in {directory}: {exc.strerror}") from None
-        box = cls(path, numel, owner=True, fd=fd)
+            raise ShmError(f"cannot reserve {size} bytes in {directory}: {exc.strerror}") from None
+        segment = cls(path, numel, *extra, owner=True, fd=fd)
         nonce = secrets.token_bytes(_NONCE_BYTES)
-        box._header[0] = MAGIC
-        box._header[1:3] = np.frombuffer(nonce, dtype=np.uint64)
-        box._header[_NUMEL] = numel
-        box.nonce = nonce
-        return box, nonce
+        segment._header[0] = MAGIC
+        segment._header[1:3] = np.frombuffer(nonce, dtype=np.uint64)
+        segment._header[_NUMEL] = numel
+        segment.nonce = nonce
+        return segment, nonce
 
     @classmethod
-    def attach(cls, name: str, numel: int, nonce: bytes, directory: Path = SHM_DIR) -> "Mailbox":
-        """The mailbox the PS made for this worker; ShmError when it is not there or not the PS's (another host)."""
+    def _attach(cls, name: str, numel: int, data_numel: int, nonce: bytes, directory: Path, *extra):
+        """The segment the PS made; ShmError when it is not there or not the PS's (another host)."""
         if "/" in name or not _NAME.match(name):
             raise ShmError(f"shm_name {name[:80]!r} is not a mailbox name")
         path = directory / name
@@ -138,20 +152,50 @@ class Mailbox:
         except OSError:
             os.close(fd)
             raise
-        if size != mailbox_bytes(numel):
+        if size != HEADER_BYTES + 4 * data_numel:
             os.close(fd)
-            raise ShmError(f"{path} has {size} bytes, expected {mailbox_bytes(numel)} for {numel} elements")
-        box = cls(path, numel, owner=False, fd=fd)
-        if int(box._header[0]) != MAGIC or box._header[1:3].tobytes() != nonce or int(box._header[_NUMEL]) != numel:
-            box.close()
+            raise ShmError(f"{path} has {size} bytes, expected {HEADER_BYTES + 4 * data_numel} for {data_numel} elements")
+        segment = cls(path, numel, *extra, owner=False, fd=fd)
+        if int(segment._header[0]) != MAGIC or segment._header[1:3].tobytes() != nonce or int(segment._header[_NUMEL]) != numel:
+            segment.close()
             raise ShmError(f"{path} is not the mailbox this PS announced (nonce differs: another host's /dev/shm?)")
-        return box
+        return segment
 
     def _check_stamp(self, word: int, seq: int, what: str) -> None:
         stamp = int(self._header[word])
         if seq == 0 or stamp != seq:
             raise ShmError(f"{what} stamp {stamp} in {self.path.name} does not match the call's shm_seq {seq} "
                            f"(written out of turn: the mailbox's ownership rule was broken)")
+
+    def _release_views(self) -> None:
+        self._header = None  # type: ignore[assignment]
+
+    def close(self) -> None:
+        """Unmap (the owner also unlinks the file)."""
+        if self.owner:
+            self.path.unlink(missing_ok=True)
+        self._release_views()
+        try:
+            self._map.close()
+        except BufferError:  # a caller still holds a view: the mapping goes with it
+            pass
+
+
+class Mailbox(_Segment):
+    """One worker's mailbox at one PS, mapped into this process (create: the PS; attach: the worker)."""
+
+    def __init__(self, path: Path, numel: int, owner: bool, fd: int):
+        super().__init__(path, numel, 2 * numel, owner, fd)
+        self.push_area, self.pull_area = self._area(0), self._area(1)
+        self._seq = 0
+
+    @classmethod
+    def create(cls, name: str, numel: int, directory: Path = SHM_DIR) -> tuple["Mailbox", bytes]:
+        return cls._create(name, numel, 2 * numel, directory)
+
+    @classmethod
+    def attach(cls, name: str, numel: int, nonce: bytes, directory: Path = SHM_DIR) -> "Mailbox":
+        return cls._attach(name, numel, 2 * numel, nonce, directory)
 
     # ---- the worker's side -----------------------------------------------------
     def put_push(self, gradient: torch.Tensor) -> int:
@@ -169,12 +213,15 @@ class Mailbox:
         self._check_stamp(_PULL_SEQ, seq, "pull")  # still the same stamp: nobody wrote while we copied
 
     # ---- the PS's side ---------------------------------------------------------
-    def take_push(self, seq: int) -> torch.Tensor:
-        """A copy of the gradient stamped `seq` (the worker may overwrite the area once Push returns)."""
+    def push_view(self, seq: int) -> torch.Tensor:
+        """The gradient stamped `seq`, in place (no copy): the PS's until it is applied or dropped.
+        Check `push_intact(seq)` after using it (the seqlock's second read)."""
         self._check_stamp(_PUSH_SEQ, seq, "push")
-        gradient = self.push_area.clone()
-        self._check_stamp(_PUSH_SEQ, seq, "push")
-        return gradient
+        return self.push_area
+
+    def push_intact(self, seq: int) -> bool:
+        """Whether the push area still holds the gradient stamped `seq` (nobody began writing since)."""
+        return int(self._header[_PUSH_SEQ]) == seq
 
     def put_pull(self, chunks: list[tuple[int, bytes]], version: int) -> int:
         """Write the parameters (float32 wire chunks of one version), then stamp them; returns the stamp."""
@@ -188,15 +235,55 @@ class Mailbox:
         self._header[_PULL_SEQ] = self._seq
         return self._seq
 
-    def close(self) -> None:
-        """Unmap (the owner also unlinks the file)."""
-        if self.owner:
-            self.path.unlink(missing_ok=True)
-        self._header = self.push_area = self.pull_area = None  # type: ignore[assignment]
-        try:
-            self._map.close()
-        except BufferError:  # a caller still holds a view: the mapping goes with it
-            pass
+    def _release_views(self) -> None:
+        super()._release_views()
+        self.push_area = self.pull_area = None  # type: ignore[assignment]
+
+
+class PullBoard(_Segment):
+    """One PS's parameters for every same-host worker: `slots` areas of the shard's length, each holding
+    one version, written once and read by every worker that pulls it (instead of one copy per worker's
+    mailbox). Header words per slot: its stamp and its version. Which slot may be written is decided by
+    `BoardSlots` (star/ps_server/board.py); readers check the stamp before and after their copy."""
+
+    def __init__(self, path: Path, numel: int, slots: int, owner: bool, fd: int):
+        super().__init__(path, numel, slots * numel, owner, fd)
+        self.slots = slots
+        self._seq = 0
+
+    @classmethod
+    def create(cls, name: str, numel: int, slots: int, directory: Path = SHM_DIR) -> tuple["PullBoard", bytes]:
+        if not 1 <= slots <= MAX_BOARD_SLOTS:
+            raise ShmError(f"slots {slots} is outside 1..{MAX_BOARD_SLOTS}")
+        return cls._create(name, numel, slots * numel, directory, slots)
+
+    @classmethod
+    def attach(cls, name: str, numel: int, slots: int, nonce: bytes, directory: Path = SHM_DIR) -> "PullBoard":
+        if not 1 <= slots <= MAX_BOARD_SLOTS:
+            raise ShmError(f"shm_board_slots {slots} is outside 1..{MAX_BOARD_SLOTS}")
+        return cls._attach(name, numel, slots * numel, nonce, directory, slots)
+
+    def area(self, slot: int) -> torch.Tensor:
+        return self._area(slot)
+
+    def publish(self, slot: int, params: torch.Tensor, version: int) -> int:
+        """Write one version's parameters into `slot`, then stamp it; returns the stamp (PS side)."""
+        word = _BOARD_WORDS + 2 * slot
+        self._header[word] = 0  # "being written"
+        self._area(slot).copy_(params)
+        self._seq += 1
+        self._header[word + 1] = version
+        self._header[word] = self._seq
+        return self._seq
+
+    def take(self, slot: int, out: torch.Tensor, seq: int) -> None:
+        """Copy the parameters stamped `seq` in `slot` into `out` (worker side)."""
+        if not 0 <= slot < self.slots:
+            raise ShmError(f"board slot {slot} is outside 0..{self.slots - 1}")
+        word = _BOARD_WORDS + 2 * slot
+        self._check_stamp(word, seq, "board")
+        out.copy_(self._area(slot))
+        self._check_stamp(word, seq, "board")
 
 
 def transport_in_use(stats: list) -> tuple[str, str]:

@@ -21,7 +21,8 @@ from star.ps_server.checkpointing import CheckpointSchedule, ShardCheckpointer
 from star.ps_server.config import PSConfig, Rejected, check_relay_address
 from star.ps_server.handover import HandOver
 from star.ps_server.restoring import Restoring
-from star.ps_server.shard import ShardState, Snapshot, all_finite, summation_order
+from star.ps_server.received import Received, ReceivedGradients
+from star.ps_server.shard import ShardState, Snapshot, all_finite
 from star.ps_server.transport import ChunkPayload, Mailboxes, checked_dtype
 from star.aggregate import Aggregator, Effects, PushRejected, RejectCode
 from star.flat import WIRE_DTYPE, FlatError, shard_ranges
@@ -49,10 +50,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         self.total_numel: int | None = None
         self.registered: set[int] = set()
         self.rejected: dict[str, int] = {}
-        self._gradients: dict[int, torch.Tensor] = {}
-        self._batch_sizes: dict[int, int] = {}
-        self._counts: dict[int, int] = {}  # gradient id -> gradients its payload sums (tree pushes: > 1)
-        self._senders: dict[int, int] = {}  # gradient id -> the worker that pushed it (the summation order)
+        self.received = ReceivedGradients()  # accepted payloads the aggregator has not applied or dropped yet
         self.relay_addresses: dict[int, str] = {}  # worker -> where it takes tree children's gradients
         self._tree: tuple[SyncPlan | None, dict[int, tuple[int, ...]], dict[int, int]] = (None, {}, {})
         self.push_bytes_received = 0
@@ -148,23 +146,19 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         shard = self.shard
         self.waits.settled(effects, None, 0.0)  # forget rounds flushed without a closer
         for apply in effects.applies:
-            ids = summation_order(apply.gradient_ids, self._senders)
-            gradients = [self._gradients.pop(gid) for gid in ids]
-            batches = [self._batch_sizes.pop(gid, 0) for gid in ids]
-            counts = [self._counts.pop(gid, 1) for gid in ids]
-            for gid in ids:
-                self._senders.pop(gid, None)
-            if len(gradients) >= 2 and all(batches):
-                self.noise.observe(gradients, batches, counts)  # before the in-place sum below
+            payloads = self.received.take(apply.gradient_ids)
+            if len(payloads.gradients) >= 2 and all(payloads.batch_sizes):  # before the in-place sum below
+                self.noise.observe(payloads.gradients, payloads.batch_sizes, payloads.counts)
             assert shard is not None
-            shard.apply(gradients, apply.scale)
+            left_out = shard.apply(payloads.gradients, apply.scale, payloads.intact)
+            if left_out:
+                self.rejected["overwritten_in_mailbox"] = self.rejected.get("overwritten_in_mailbox", 0) + left_out
+                log(logger, logging.ERROR, "gradients left out: their mailbox was written while the PS held them",
+                    count=left_out, version_after=apply.version_after)
             if self._first_update is None:
                 self._first_update = time.monotonic()
         for drop in effects.drops:
-            self._senders.pop(drop.gradient_id, None)
-            self._gradients.pop(drop.gradient_id, None)
-            self._batch_sizes.pop(drop.gradient_id, None)
-            self._counts.pop(drop.gradient_id, None)
+            self.received.drop(drop.gradient_id)
         for worker in effects.released:
             future = self._waiters.pop(worker, None)
             if future is not None and not future.done():
@@ -177,7 +171,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
     def _pull_view(self) -> tuple[int, int, Snapshot]:
         shard = self._require_shard()
         version = self.aggregator.version
-        return version, max(self.aggregator.epoch, 0), shard.snapshot(version)
+        return version, max(self.aggregator.epoch, 0), shard.snapshot(version, self.mailboxes.publish)
 
     # ---- RPCs ------------------------------------------------------------------
     async def Register(self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext) -> pb.RegisterReply:
@@ -207,7 +201,9 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         numel = shard_ranges(request.total_numel, self.config.num_ps)[self.config.ps_index].numel \
             if request.total_numel >= self.config.num_ps else 0
         if request.want_shm and numel:
-            reply.shm_name, reply.shm_nonce = self.mailboxes.offer(request.worker_id, numel)
+            offer = self.mailboxes.offer(request.worker_id, numel)
+            reply.shm_name, reply.shm_nonce = offer.name, offer.nonce
+            reply.shm_board_name, reply.shm_board_nonce, reply.shm_board_slots = offer.board_name, offer.board_nonce, offer.board_slots
         return reply
 
     async def Init(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.InitReply:
@@ -252,11 +248,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         self.mailboxes.count_accepted(header)
         self.push_bytes_received += gradient.numel() * gradient.element_size()
         if usable:
-            self._gradients[outcome.gradient_id] = gradient
-            self._senders[outcome.gradient_id] = header.worker_id
-            self._batch_sizes[outcome.gradient_id] = header.batch_size
-            if header.contributors:
-                self._counts[outcome.gradient_id] = 1 + len(header.contributors)
+            self.received.keep(outcome.gradient_id, Received(gradient, header.worker_id, header.batch_size,
+                                                             1 + len(header.contributors), self.mailboxes.held_check(header)))
         now = time.monotonic()
         self.waits.arrived(outcome.gradient_id, header.worker_id, now)
         self.waits.settled(outcome.effects, outcome.gradient_id, now)
@@ -342,12 +335,14 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         except Rejected as error:
             await self._reject(context, error)
             raise
+        if not request.observer:
+            self.mailboxes.release(worker)
         view = self._pull_view() if request.observer else await self._wait_for_round(worker)
         if view is None:  # the shard moved away while this pull waited
             await self._gate(context)
             return
         version, epoch, snapshot = view
-        shm_seq, chunks = self.mailboxes.pull_body(request, snapshot)  # the transport seam
+        shm_seq, shm_slot, chunks = self.mailboxes.pull_body(request, snapshot)  # the transport seam
         yield pb.PullReply(
             header=pb.PullHeader(
                 version=version,
@@ -356,6 +351,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
                 dtype=dtype,
                 range_start=shard.range.start,
                 shm_seq=shm_seq,
+                shm_slot=shm_slot,
                 since_first_update_s=self._since_first_update(),
                 push_pace_bytes_per_s=(self.aggregator.plan.push_pace_bytes_per_s or 0.0) if self.aggregator.plan else 0.0,
                 **self._tree_role(worker),
@@ -479,7 +475,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             pushes_received=self.pushes_received,
         )
         boxes = self.mailboxes
-        reply.counters["shm_pushes"], reply.counters["shm_pulls"], reply.counters["bf16_pushes"] = boxes.pushes, boxes.pulls, boxes.bf16_pushes
+        reply.counters.update(shm_pushes=boxes.pushes, shm_pulls=boxes.pulls, shm_board_pulls=boxes.board_pulls,
+                              bf16_pushes=boxes.bf16_pushes)
         if self.shard is not None:
             reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end
         return reply

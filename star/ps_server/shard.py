@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
 from star.config import OptimizerConfig
 from star.flat import WIRE_DTYPE, ShardRange, tensor_chunks
 from star.optim import build_optimizer
+from star.ps_server.board import Placement
 
 
 def all_finite(tensor: torch.Tensor) -> bool:
@@ -25,6 +26,23 @@ def summation_order(gradient_ids: Iterable[int], senders: Mapping[int, int]) -> 
     return sorted(gradient_ids, key=lambda gid: (senders.get(gid, -1), gid))
 
 
+def _sum_in_place(gradients: list[torch.Tensor]) -> torch.Tensor:
+    total = gradients[0]
+    for gradient in gradients[1:]:
+        total.add_(gradient)
+    return total
+
+
+def _sum_into(out: torch.Tensor, gradients: list[torch.Tensor]) -> torch.Tensor:
+    """((g0 + g1) + g2) + ... written into `out`: the same arithmetic as _sum_in_place."""
+    if len(gradients) == 1:
+        return out.copy_(gradients[0])
+    torch.add(gradients[0], gradients[1], out=out)
+    for gradient in gradients[2:]:
+        out.add_(gradient)
+    return out
+
+
 class ShardState:
     """The PS's slice of the flat parameter vector and the optimizer over it."""
 
@@ -33,34 +51,67 @@ class ShardState:
         self.param = torch.nn.Parameter(initial.clone(), requires_grad=True)
         self.optimizer = build_optimizer(optimizer, self.param)
         self._snapshot: Snapshot | None = None
+        self._accumulator: torch.Tensor | None = None  # where gradients summed out of mailboxes go
 
-    def apply(self, gradients: list[torch.Tensor], scale: float) -> None:
-        # The gradients are this server's own receive buffers, used once: sum into the first in place
-        # (same left-to-right order as stack(...).sum(0), without a stacked N x numel copy).
-        total = gradients[0]
-        for gradient in gradients[1:]:
-            total.add_(gradient)
+    def apply(self, gradients: list[torch.Tensor], scale: float,
+              intact: Sequence[Callable[[], bool] | None] | None = None) -> int:
+        """Sum the gradients left to right, scale, take one optimizer step; returns how many were left
+        out. `intact[i]`: for a gradient still in a worker's shared-memory mailbox, whether it is
+        unchanged (None: a receive buffer this server owns). Owned buffers are used once: the sum goes
+        into the first in place (same order as stack(...).sum(0), without a stacked N x numel copy).
+        Mailbox gradients are summed into a buffer of the shard's, then checked: one written while
+        held (a broken client) is left out and the rest summed again, never a torn mix."""
+        checks = list(intact) if intact is not None else [None] * len(gradients)
+        if all(check is None for check in checks):
+            total, left_out = _sum_in_place(gradients), 0
+        else:
+            total, left_out = self._sum_held(gradients, checks)
+            if total is None:
+                return left_out
         if scale != 1.0:
             total.mul_(scale)
         self.param.grad = total
         self.optimizer.step()
         self.param.grad = None
+        return left_out
 
-    def snapshot(self, version: int) -> "Snapshot":
-        """The parameters at `version` as wire chunks, serialised once however many workers pull it."""
+    def _sum_held(self, gradients: list[torch.Tensor], checks: list[Callable[[], bool] | None]) -> tuple[torch.Tensor | None, int]:
+        keep = list(range(len(gradients)))
+        while keep:
+            if self._accumulator is None:
+                self._accumulator = torch.empty_like(self.param.data)
+            total = _sum_into(self._accumulator, [gradients[i] for i in keep])
+            broken = {i for i in keep if checks[i] is not None and not checks[i]()}
+            if not broken:
+                return total, len(gradients) - len(keep)
+            keep = [i for i in keep if i not in broken]
+        return None, len(gradients)
+
+    def snapshot(self, version: int, publish: Callable[[torch.Tensor, int], Placement | None] | None = None) -> "Snapshot":
+        """The parameters at `version`, copied once however many workers pull it: onto the shared-memory
+        pull board when `publish` finds a slot, else into float32 wire chunks."""
         if self._snapshot is None or self._snapshot.version != version:
-            self._snapshot = Snapshot(version, tensor_chunks(self.param.data))
+            placement = publish(self.param.data, version) if publish is not None else None
+            if placement is not None:
+                self._snapshot = Snapshot(version, placement=placement)
+            else:
+                self._snapshot = Snapshot(version, tensor_chunks(self.param.data))
         return self._snapshot
 
 
 class Snapshot:
-    """One version's parameters: float32 wire chunks, and the other wire dtypes made from them on demand."""
+    """One version's parameters: on a board slot (kept while this snapshot lives) or as float32 wire
+    chunks; the chunks, and other wire dtypes, are made on demand."""
 
-    def __init__(self, version: int, chunks: list[tuple[int, bytes]]):
+    def __init__(self, version: int, chunks: list[tuple[int, bytes]] | None = None, placement: Placement | None = None):
         self.version = version
-        self._chunks = {WIRE_DTYPE: chunks}
+        self.placement = placement
+        self._chunks = {} if chunks is None else {WIRE_DTYPE: chunks}
 
     def chunks(self, dtype: str = WIRE_DTYPE) -> list[tuple[int, bytes]]:
+        if WIRE_DTYPE not in self._chunks:
+            assert self.placement is not None
+            self._chunks[WIRE_DTYPE] = tensor_chunks(self.placement.tensor)
         if dtype not in self._chunks:
             self._chunks[dtype] = _recode(self._chunks[WIRE_DTYPE], dtype)
         return self._chunks[dtype]

@@ -11,6 +11,8 @@ the parameters were put in the worker's mailbox (`pull_body`).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Callable
 
 import grpc
 import torch
@@ -20,9 +22,12 @@ from star.flat import BF16_WIRE, MAX_CHUNK_BYTES, ChunkAssembler, FlatError, wir
 from star.logs import log
 from star.rpc import star_pb2 as pb
 from star.rpc.common import max_stream_chunks
-from star.shm import Mailbox, ShmError, mailbox_name, sweep
+from star.ps_server.board import BoardSlots, Placement
+from star.shm import Mailbox, PullBoard, ShmError, board_name, mailbox_name, sweep
 
 logger = logging.getLogger("ps")
+
+BOARD_SLOTS = 3  # synchronous rounds need 2 (the version being read, the next); a third for asynchronous ones
 
 
 def checked_dtype(name: str) -> str:
@@ -72,46 +77,87 @@ class MailboxPayload:
         raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "a shared-memory push (shm_seq > 0) carries no chunks")
 
     def finish(self) -> torch.Tensor:
+        """The gradient in place in the mailbox (see star/shm.py's ownership rule): no copy."""
         try:
-            return self.box.take_push(self.seq)
+            return self.box.push_view(self.seq)
         except ShmError as exc:
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_shm_seq", str(exc)) from None
 
 
+@dataclass(frozen=True)
+class Offer:
+    """What a worker that asked for shared memory is told at Register (empty names: none here)."""
+
+    name: str = ""
+    nonce: bytes = b""
+    board_name: str = ""
+    board_nonce: bytes = b""
+    board_slots: int = 0
+
+
 class Mailboxes:
-    """This PS's shared-memory mailboxes, one per worker that asked (and could have) one."""
+    """This PS's shared memory: a mailbox per worker that asked (and could have) one, and one pull board."""
 
     def __init__(self, job_id: str, ps_index: int, enabled: bool):
         self.job_id, self.ps_index, self.enabled = job_id, ps_index, enabled
         self.boxes: dict[int, Mailbox] = {}
+        self.board: PullBoard | None = None
+        self.slots = BoardSlots(BOARD_SLOTS)
         self.pushes = 0  # pushes that came through a mailbox
         self.pulls = 0
+        self.board_pulls = 0  # of those, served from the pull board (the rest: written into the mailbox)
         self.bf16_pushes = 0  # pushes whose chunks were bfloat16
         if enabled:
             removed = sweep()
             if removed:
                 log(logger, logging.INFO, "removed shared-memory mailboxes of processes that are gone", count=len(removed))
 
-    def offer(self, worker: int, numel: int) -> tuple[str, bytes]:
+    def offer(self, worker: int, numel: int) -> Offer:
         """`worker`'s mailbox (the one it already has, so that a second Register under its id, e.g. the
-        evaluator's, or a restarted worker's, maps the same file); ("", b"") when none can be made."""
+        evaluator's, or a restarted worker's, maps the same file) and the board; empty when none can be made."""
         if not self.enabled:
-            return "", b""
-        box = self.boxes.get(worker)
-        if box is not None and box.numel == numel:
-            return box.path.name, box.nonce
-        if box is not None:
-            self.boxes.pop(worker).close()
+            return Offer()
         try:
-            box, _ = Mailbox.create(mailbox_name(self.job_id, self.ps_index, worker), numel)
+            if self.board is None or self.board.numel != numel:
+                self._new_board(numel)
+            box = self.boxes.get(worker)
+            if box is None or box.numel != numel:
+                if box is not None:
+                    self.boxes.pop(worker).close()
+                box, _ = Mailbox.create(mailbox_name(self.job_id, self.ps_index, worker), numel)
+                self.boxes[worker] = box
         except (OSError, ShmError) as exc:
             log(logger, logging.WARNING, "no shared-memory mailbox: this worker's payloads go over gRPC", worker=worker, error=str(exc))
-            return "", b""
-        self.boxes[worker] = box
-        return box.path.name, box.nonce
+            return Offer()
+        assert self.board is not None
+        return Offer(box.path.name, box.nonce, self.board.path.name, self.board.nonce, self.board.slots)
+
+    def _new_board(self, numel: int) -> None:
+        if self.board is not None:
+            self.board.close()
+            self.board = None
+        self.board, _ = PullBoard.create(board_name(self.job_id, self.ps_index), numel, BOARD_SLOTS)
+        self.slots = BoardSlots(BOARD_SLOTS)
+
+    def publish(self, params: torch.Tensor, version: int) -> Placement | None:
+        """Write a new version's parameters on the board once for every same-host puller (None: no board,
+        or every slot is still read; the pullers then get them in their mailboxes)."""
+        if self.board is None or self.board.numel != params.numel():
+            return None
+        slot = self.slots.free_slot()
+        if slot is None:
+            return None
+        placement = Placement(slot, self.board.publish(slot, params, version), version, self.board.area(slot))
+        self.slots.place(placement)
+        return placement
+
+    def release(self, worker: int) -> None:
+        """A call from `worker`: what it was served from the board has been read."""
+        self.slots.release(worker)
 
     def push_payload(self, header: pb.PushHeader, numel: int) -> ChunkPayload | MailboxPayload:
         """Where this push's gradient comes from: the worker's mailbox (shm_seq > 0) or the stream's chunks."""
+        self.release(header.worker_id)
         if not header.shm_seq:
             return ChunkPayload(numel, "Push", header.dtype)
         box = self.boxes.get(header.worker_id)
@@ -120,6 +166,13 @@ class Mailboxes:
                            f"worker {header.worker_id} has no shared-memory mailbox here: register again (want_shm)")
         return MailboxPayload(box, header.shm_seq)
 
+    def held_check(self, header: pb.PushHeader) -> Callable[[], bool] | None:
+        """For a gradient left in its mailbox: a check that it is still the one pushed (None: the PS owns a copy)."""
+        if not header.shm_seq:
+            return None
+        box, seq = self.boxes[header.worker_id], header.shm_seq
+        return lambda: box.push_intact(seq)
+
     def count_accepted(self, header: pb.PushHeader) -> None:
         """Count a push by how it travelled, once the PS has accepted it (a refused push changes no counter)."""
         if header.shm_seq:
@@ -127,15 +180,24 @@ class Mailboxes:
         elif header.dtype == BF16_WIRE:
             self.bf16_pushes += 1
 
-    def pull_body(self, request: pb.PullRequest, snapshot) -> tuple[int, list[tuple[int, bytes]]]:
-        """(shm_seq, chunks to stream): the parameters go into the worker's mailbox when it asked and has one."""
+    def pull_body(self, request: pb.PullRequest, snapshot) -> tuple[int, int, list[tuple[int, bytes]]]:
+        """(shm_seq, shm_slot, chunks to stream): a worker that asked and has a mailbox reads the board slot
+        its version is on (shm_slot = slot + 1), or its mailbox (shm_slot 0); anyone else gets chunks."""
         box = self.boxes.get(request.worker_id) if request.shm and not request.observer else None
         if box is None:
-            return 0, snapshot.chunks(checked_dtype(request.dtype))
+            return 0, 0, snapshot.chunks(checked_dtype(request.dtype))
         self.pulls += 1
-        return box.put_pull(snapshot.chunks(), snapshot.version), []
+        placement = snapshot.placement
+        if placement is not None and self.board is not None:
+            self.slots.read_by(placement.slot, request.worker_id)
+            self.board_pulls += 1
+            return placement.seq, placement.slot + 1, []
+        return box.put_pull(snapshot.chunks(), snapshot.version), 0, []
 
     def close(self) -> None:
         for box in self.boxes.values():
             box.close()
         self.boxes.clear()
+        if self.board is not None:
+            self.board.close()
+            self.board = None

@@ -25,7 +25,7 @@ from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS, MOVED_TO_KEY, plan_to_proto, tune_malloc
 from star.rpc.security import Credentials
-from star.shm import Mailbox, ShmError
+from star.shm import Mailbox, PullBoard, ShmError
 
 T = TypeVar("T")
 
@@ -66,6 +66,7 @@ class PSClient:
         check_transport_fields(transport, wire)
         self.transport, self.wire = transport, wire
         self.mailboxes: list[Mailbox | None] = [None] * len(addresses)
+        self.boards: list[PullBoard | None] = [None] * len(addresses)  # each PS's pull board (with its mailbox)
         self.addresses = list(addresses)
         self.worker_id = worker_id
         tune_malloc()  # chunk bytes and protobuf copies are allocated and freed on every push/pull
@@ -99,10 +100,12 @@ class PSClient:
         self._drop_mailboxes(index)  # the mailbox was the old PS's: gRPC until the next Register
 
     def _drop_mailboxes(self, only: int | None = None) -> None:
-        for i, box in enumerate(self.mailboxes):
-            if box is not None and only in (None, i):
-                box.close()
-                self.mailboxes[i] = None
+        for i, (box, board) in enumerate(zip(self.mailboxes, self.boards)):
+            if only in (None, i):
+                for segment in (box, board):
+                    if segment is not None:
+                        segment.close()
+                self.mailboxes[i] = self.boards[i] = None
 
     @property
     def transport_used(self) -> str:
@@ -111,13 +114,16 @@ class PSClient:
         return "mixed" if len(used) > 1 else ("shm" if used.pop() else "grpc")
 
     def _attach(self, index: int, reply: pb.RegisterReply) -> None:
-        """Map the mailbox shard `index` offered (transport auto/shm), or say why there is none."""
+        """Map the mailbox and pull board shard `index` offered (transport auto/shm), or say why there are none
+        (both or neither: the PS serves pulls from its board to any worker with a mailbox)."""
         numel = self.views[index].range.numel
         try:
-            if not reply.shm_name:
+            if not reply.shm_name or not reply.shm_board_name:
                 raise ShmError("it offered no shared-memory mailbox (shm disabled there, or /dev/shm full)")
             self.mailboxes[index] = Mailbox.attach(reply.shm_name, numel, reply.shm_nonce)
+            self.boards[index] = PullBoard.attach(reply.shm_board_name, numel, reply.shm_board_slots, reply.shm_board_nonce)
         except ShmError as exc:
+            self._drop_mailboxes(index)
             if self.transport == "shm":
                 raise RuntimeError(f"transport=shm: PS {index} at {self.addresses[index]}: {exc}") from None
 
@@ -199,9 +205,13 @@ class PSClient:
                     view.tree_parent, view.tree_children = h.tree_parent, tuple(h.tree_children)
                     dtype = h.dtype or WIRE_DTYPE
                     if h.shm_seq:
-                        if box is None:
+                        board = self.boards[i]
+                        if box is None or board is None:
                             raise RuntimeError(f"PS {i} answered through a shared-memory mailbox this client does not have")
-                        box.take_pull(out[start : view.range.end], h.shm_seq)
+                        if h.shm_slot:
+                            board.take(h.shm_slot - 1, out[start : view.range.end], h.shm_seq)
+                        else:
+                            box.take_pull(out[start : view.range.end], h.shm_seq)
                 else:
                     write_chunk(out, start + reply.chunk.offset, reply.chunk.data, dtype)
 

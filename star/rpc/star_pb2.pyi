@@ -43,7 +43,7 @@ class RegisterRequest(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., total_numel: _Optional[int] = ..., relay_address: _Optional[str] = ..., want_shm: _Optional[bool] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("initialized", "range_start", "range_end", "total_numel", "ps_index", "num_ps", "shm_name", "shm_nonce")
+    __slots__ = ("initialized", "range_start", "range_end", "total_numel", "ps_index", "num_ps", "shm_name", "shm_nonce", "shm_board_name", "shm_board_nonce", "shm_board_slots")
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RANGE_START_FIELD_NUMBER: _ClassVar[int]
     RANGE_END_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,9 @@ class RegisterReply(_message.Message):
     NUM_PS_FIELD_NUMBER: _ClassVar[int]
     SHM_NAME_FIELD_NUMBER: _ClassVar[int]
     SHM_NONCE_FIELD_NUMBER: _ClassVar[int]
+    SHM_BOARD_NAME_FIELD_NUMBER: _ClassVar[int]
+    SHM_BOARD_NONCE_FIELD_NUMBER: _ClassVar[int]
+    SHM_BOARD_SLOTS_FIELD_NUMBER: _ClassVar[int]
     initialized: bool
     range_start: int
     range_end: int
@@ -60,7 +63,10 @@ class RegisterReply(_message.Message):
     num_ps: int
     shm_name: str
     shm_nonce: bytes
-    def __init__(self, initialized: _Optional[bool] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., total_numel: _Optional[int] = ..., ps_index: _Optional[int] = ..., num_ps: _Optional[int] = ..., shm_name: _Optional[str] = ..., shm_nonce: _Optional[bytes] = ...) -> None: ...
+    shm_board_name: str
+    shm_board_nonce: bytes
+    shm_board_slots: int
+    def __init__(self, initialized: _Optional[bool] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., total_numel: _Optional[int] = ..., ps_index: _Optional[int] = ..., num_ps: _Optional[int] = ..., shm_name: _Optional[str] = ..., shm_nonce: _Optional[bytes] = ..., shm_board_name: _Optional[str] = ..., shm_board_nonce: _Optional[bytes] = ..., shm_board_slots: _Optional[int] = ...) -> None: ...
 
 class InitHeader(_message.Message):
     __slots__ = ("total_numel", "dtype")
@@ -139,7 +145,7 @@ class PullRequest(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., observer: _Optional[bool] = ..., shm: _Optional[bool] = ..., dtype: _Optional[str] = ...) -> None: ...
 
 class PullHeader(_message.Message):
-    __slots__ = ("version", "plan_epoch", "numel", "dtype", "range_start", "since_first_update_s", "push_pace_bytes_per_s", "tree_parent", "tree_children", "shm_seq")
+    __slots__ = ("version", "plan_epoch", "numel", "dtype", "range_start", "since_first_update_s", "push_pace_bytes_per_s", "tree_parent", "tree_children", "shm_seq", "shm_slot")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     NUMEL_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +156,7 @@ class PullHeader(_message.Message):
     TREE_PARENT_FIELD_NUMBER: _ClassVar[int]
     TREE_CHILDREN_FIELD_NUMBER: _ClassVar[int]
     SHM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    SHM_SLOT_FIELD_NUMBER: _ClassVar[int]
     version: int
     plan_epoch: int
     numel: int
@@ -160,7 +167,8 @@ class PullHeader(_message.Message):
     tree_parent: str
     tree_children: _containers.RepeatedScalarFieldContainer[int]
     shm_seq: int
-    def __init__(self, version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., numel: _Optional[int] = ..., dtype: _Optional[str] = ..., range_start: _Optional[int] = ..., since_first_update_s: _Optional[float] = ..., push_pace_bytes_per_s: _Optional[float] = ..., tree_parent: _Optional[str] = ..., tree_children: _Optional[_Iterable[int]] = ..., shm_seq: _Optional[int] = ...) -> None: ...
+    shm_slot: int
+    def __init__(self, version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., numel: _Optional[int] = ..., dtype: _Optional[str] = ..., range_start: _Optional[int] = ..., since_first_update_s: _Optional[float] = ..., push_pace_bytes_per_s: _Optional[float] = ..., tree_parent: _Optional[str] = ..., tree_children: _Optional[_Iterable[int]] = ..., shm_seq: _Optional[int] = ..., shm_slot: _Optional[int] = ...) -> None: ...
 
 class PullReply(_message.Message):
     __slots__ = ("header", "chunk")

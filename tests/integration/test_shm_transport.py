@@ -65,6 +65,7 @@ def test_shm_and_grpc_workers_pull_identical_bits_and_push_the_same_update(clust
         optimizer.step()
     stats = shm.stats()
     assert [s.counters["shm_pushes"] for s in stats] == [3, 3]  # the shm worker's pushes used the mailboxes
+    assert [s.counters["shm_board_pulls"] for s in stats] == [3, 3]  # its pulls read each version off the board
     for client in (shm, plain, evaluator):
         client.close()
 
@@ -174,7 +175,7 @@ def test_no_mailbox_outlives_a_clean_exit_or_a_kill_9(cluster):
     try:
         (first,) = cluster.start_ps(1, "--job-id", job)
         workers.append(_registered_worker(first, 0))
-        assert len(_mailboxes(job)) == 1
+        assert [name.rsplit("-", 1)[1] for name in _mailboxes(job)] == ["board", "w0"]  # its mailbox, the PS's board
         workers[0].kill()  # kill -9 of a worker: its mailbox is the PS's, which unlinks it on exit
         workers[0].wait()
         pid = _ps_pid(first)
@@ -187,7 +188,7 @@ def test_no_mailbox_outlives_a_clean_exit_or_a_kill_9(cluster):
         pid = _ps_pid(second)
         os.kill(pid, signal.SIGKILL)  # kill -9 of a PS: its mailbox stays until the next start
         _wait_exit(pid)
-        assert _mailboxes(job) == leaked and len(leaked) == 1
+        assert _mailboxes(job) == leaked and len(leaked) == 2
         cluster.start_ps(1, "--job-id", job)
         assert _mailboxes(job) == []
     finally:

@@ -38,3 +38,36 @@ def test_every_arrival_order_gives_bit_identical_parameters():
         shard.apply([grads[senders[gid]].clone() for gid in summation_order(ids, senders)], 0.25)
         results.add(shard.param.data.numpy().tobytes())
     assert len(results) == 1
+
+
+def _shard(numel: int = 4096) -> ShardState:
+    return ShardState(ShardRange(0, 0, numel), torch.zeros(numel), OptimizerConfig(name="sgd", lr=0.1, momentum=0.9))
+
+
+def _grads(count: int, numel: int = 4096) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(7)
+    return [torch.randn(numel, generator=generator) * 10 ** w for w in range(count)]
+
+
+def test_gradients_summed_out_of_mailboxes_give_the_same_bits_as_owned_buffers():
+    owned, held = _shard(), _shard()
+    for step in range(3):
+        grads = _grads(3 + step)
+        originals = [g.clone() for g in grads]
+        owned.apply([g.clone() for g in grads], 0.5)
+        assert held.apply(grads, 0.5, [lambda: True] * len(grads)) == 0
+        assert all(torch.equal(g, o) for g, o in zip(grads, originals))  # a mailbox is only read, never summed into
+        assert torch.equal(owned.param.data, held.param.data)
+
+
+def test_a_gradient_written_over_while_held_is_left_out_and_the_rest_applied():
+    grads = _grads(3)
+    reference = _shard()
+    reference.apply([grads[0].clone(), grads[2].clone()], 0.5)
+    shard = _shard()
+    intact = [None, lambda: False, lambda: True]  # an owned buffer, a mailbox written over, an intact mailbox
+    assert shard.apply([g.clone() for g in grads], 0.5, intact) == 1
+    assert torch.equal(shard.param.data, reference.param.data)
+    untouched = _shard()
+    assert untouched.apply(_grads(2), 1.0, [lambda: False, lambda: False]) == 2
+    assert torch.equal(untouched.param.data, torch.zeros(4096))  # nothing left to apply: no step at all

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from star.flat import BF16_WIRE, ChunkAssembler, tensor_chunks
-from star.shm import Mailbox, ShmError, mailbox_name, sweep, transport_in_use
+from star.shm import Mailbox, PullBoard, ShmError, board_name, mailbox_name, sweep, transport_in_use
 
 NUMEL = 1 << 20  # 4 MiB per area: copies long enough for a concurrent writer to overlap them
 
@@ -33,18 +33,41 @@ def test_mailbox_moves_push_and_pull_payloads_bit_for_bit(mailbox):
     ps_side, worker_side = mailbox
     gradient = torch.randn(NUMEL, generator=torch.Generator().manual_seed(1))
     seq = worker_side.put_push(gradient)
-    assert torch.equal(ps_side.take_push(seq), gradient)
+    assert torch.equal(ps_side.push_view(seq), gradient)
+    assert ps_side.push_intact(seq)
+    worker_side.put_push(gradient)  # the worker writes again: the PS sees that the gradient it held changed
+    assert not ps_side.push_intact(seq)
     params = torch.randn(NUMEL, generator=torch.Generator().manual_seed(2))
     out = torch.empty(NUMEL)
     worker_side.take_pull(out, ps_side.put_pull(tensor_chunks(params), version=5))
     assert torch.equal(out, params)
 
 
+def test_pull_board_moves_each_slots_parameters_bit_for_bit(tmp_path):
+    board, nonce = PullBoard.create(board_name("unit", 0), NUMEL, 2, directory=tmp_path)
+    reader = PullBoard.attach(board.path.name, NUMEL, 2, nonce, directory=tmp_path)
+    try:
+        versions = [torch.randn(NUMEL, generator=torch.Generator().manual_seed(v)) for v in range(2)]
+        stamps = [board.publish(slot, params, version=slot + 7) for slot, params in enumerate(versions)]
+        out = torch.empty(NUMEL)
+        for slot, (params, seq) in enumerate(zip(versions, stamps)):
+            reader.take(slot, out, seq)
+            assert torch.equal(out, params)
+        with pytest.raises(ShmError, match="does not match"):
+            reader.take(0, out, stamps[1])  # another slot's stamp
+        with pytest.raises(ShmError, match="outside"):
+            reader.take(2, out, stamps[0])
+    finally:
+        reader.close()
+        board.close()
+    assert not board.path.exists()
+
+
 def test_a_stamp_that_does_not_match_the_call_is_refused(mailbox):
     ps_side, worker_side = mailbox
     seq = worker_side.put_push(torch.ones(NUMEL))
     with pytest.raises(ShmError, match="does not match"):
-        ps_side.take_push(seq + 1)
+        ps_side.push_view(seq + 1)
     with pytest.raises(ShmError, match="does not match"):
         worker_side.take_pull(torch.empty(NUMEL), 1)  # nothing was put there
 
@@ -65,24 +88,37 @@ _WRITER = """
 import sys, time, torch
 from pathlib import Path
 from star.flat import tensor_chunks
-from star.shm import Mailbox
-box = Mailbox.attach(sys.argv[1], int(sys.argv[2]), bytes.fromhex(sys.argv[3]), directory=Path(sys.argv[4]))
-box.owner = False
-# Small chunks: a slow writer, so that readers often copy while it is part-way through a version.
-payloads = [tensor_chunks(torch.full((box.numel,), float(value)), 1024) for value in (1, 2)]
+from star.shm import Mailbox, PullBoard
+kind, name, numel, nonce, directory = sys.argv[1], sys.argv[2], int(sys.argv[3]), bytes.fromhex(sys.argv[4]), Path(sys.argv[5])
+if kind == "mailbox":
+    box = Mailbox.attach(name, numel, nonce, directory=directory)
+    # Small chunks: a slow writer, so that readers often copy while it is part-way through a version.
+    payloads = [tensor_chunks(torch.full((numel,), float(value)), 1024) for value in (1, 2)]
+    write = lambda version: box.put_pull(payloads[version % 2], version)
+else:
+    box = PullBoard.attach(name, numel, 1, nonce, directory=directory)
+    payloads = [torch.full((numel,), float(value)) for value in (1, 2)]
+    write = lambda version: box.publish(0, payloads[version % 2], version)
 version = 1
 print("writing", flush=True)
 while True:  # out of turn on purpose: a PS that broke the ownership rule
-    box.put_pull(payloads[version % 2], version)
+    write(version)
     version += 1
     time.sleep(0.003)  # a stamped version stays readable for a moment
 """
 
 
-def test_a_reader_never_takes_a_mix_of_two_versions(tmp_path):
-    box, nonce = Mailbox.create(mailbox_name("unit", 0, 4), NUMEL, directory=tmp_path)
-    reader = Mailbox.attach(box.path.name, NUMEL, nonce, directory=tmp_path)
-    writer = subprocess.Popen([sys.executable, "-c", _WRITER, box.path.name, str(NUMEL), nonce.hex(), str(tmp_path)],
+@pytest.mark.parametrize("kind", ["mailbox", "board"])
+def test_a_reader_never_takes_a_mix_of_two_versions(tmp_path, kind):
+    if kind == "mailbox":
+        box, nonce = Mailbox.create(mailbox_name("unit", 0, 4), NUMEL, directory=tmp_path)
+        reader = Mailbox.attach(box.path.name, NUMEL, nonce, directory=tmp_path)
+        stamp_word, take = 5, reader.take_pull
+    else:
+        box, nonce = PullBoard.create(board_name("unit", 0), NUMEL, 1, directory=tmp_path)
+        reader = PullBoard.attach(box.path.name, NUMEL, 1, nonce, directory=tmp_path)
+        stamp_word, take = 8, lambda out, seq: reader.take(0, out, seq)
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, kind, box.path.name, str(NUMEL), nonce.hex(), str(tmp_path)],
                               stdout=subprocess.PIPE, text=True)
     out = torch.empty(NUMEL)
     taken = refused = 0
@@ -90,11 +126,11 @@ def test_a_reader_never_takes_a_mix_of_two_versions(tmp_path):
         assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline and taken < 100:
-            seq = int(box._header[5])  # the stamp as the reader would get it from a reply
+            seq = int(box._header[stamp_word])  # the stamp as the reader would get it from a reply
             if seq == 0:  # mid-write: a PS would not have replied yet
                 continue
             try:
-                reader.take_pull(out, seq)
+                take(out, seq)
             except ShmError:
                 refused += 1
                 continue
@@ -112,13 +148,13 @@ def test_a_reader_never_takes_a_mix_of_two_versions(tmp_path):
 def test_sweep_unlinks_only_mailboxes_whose_owner_is_gone(tmp_path):
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(gone.stdout)
-    dead = tmp_path / mailbox_name("job1", 0, 0, pid=dead_pid)
-    alive = tmp_path / mailbox_name("job1", 0, 1, pid=os.getpid())
+    dead = [tmp_path / mailbox_name("job1", 0, 0, pid=dead_pid), tmp_path / board_name("job1", 0, pid=dead_pid)]
+    alive = [tmp_path / mailbox_name("job1", 0, 1, pid=os.getpid()), tmp_path / board_name("job1", 1, pid=os.getpid())]
     unrelated = tmp_path / f"star-notamailbox-{dead_pid}"
-    for path in (dead, alive, unrelated):
+    for path in (*dead, *alive, unrelated):
         path.write_bytes(b"x")
-    assert sweep(tmp_path) == [dead.name]
-    assert not dead.exists() and alive.exists() and unrelated.exists()
+    assert sorted(sweep(tmp_path)) == sorted(path.name for path in dead)
+    assert not any(path.exists() for path in dead) and all(path.exists() for path in alive) and unrelated.exists()
 
 
 def test_bf16_wire_halves_the_bytes_and_rounds_within_half_a_bf16_ulp():
