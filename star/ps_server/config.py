@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from star.config import ConfigError, OptimizerConfig, SecurityConfig
-from star.rpc.common import MAX_LABEL_CHARS
+from star.rpc.common import MAX_EPOCH, MAX_LABEL_CHARS
 
 
 @dataclass(frozen=True)
@@ -68,3 +68,21 @@ def check_relay_address(relay_address: str) -> None:
     if len(relay_address) > MAX_LABEL_CHARS or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_relay_address",
                         f"relay_address {relay_address[:MAX_LABEL_CHARS]!r} is not host:port")
+
+
+def check_plan_fields(request, max_workers: int) -> None:
+    """Bounds SyncPlan itself does not know: this PS's worker ids, epochs, label length (`request`: a pb.Plan)."""
+    if request.epoch > MAX_EPOCH:
+        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: epoch {request.epoch} exceeds {MAX_EPOCH}")
+    if len(request.label) > MAX_LABEL_CHARS:
+        raise Rejected(
+            grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: label of {len(request.label)} characters exceeds {MAX_LABEL_CHARS}"
+        )
+    for index, group in enumerate(request.groups):
+        too_big = [w for w in group.workers if w >= max_workers]
+        if too_big:
+            raise Rejected(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "bad_plan",
+                f"invalid plan: groups[{index}] has worker id {too_big[0]} outside 0..{max_workers - 1} (max_workers)",
+            )

@@ -18,7 +18,7 @@ import grpc
 import torch
 
 from star.ps_server.checkpointing import CheckpointSchedule, ShardCheckpointer
-from star.ps_server.config import PSConfig, Rejected, check_relay_address
+from star.ps_server.config import PSConfig, Rejected, check_plan_fields, check_relay_address
 from star.ps_server.handover import HandOver
 from star.ps_server.restoring import Restoring
 from star.ps_server.received import Received, ReceivedGradients
@@ -31,7 +31,7 @@ from star.plan import PlanError, SyncPlan, tree_layout
 from star.policy.noise import NoiseAccumulator
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import MAX_BATCH_SIZE, MAX_EPOCH, MAX_LABEL_CHARS, MOVED_TO_KEY, plan_from_proto, plan_to_proto
+from star.rpc.common import MAX_BATCH_SIZE, MOVED_TO_KEY, plan_from_proto, plan_to_proto
 from star.waits import WaitLedger
 
 logger = logging.getLogger("ps")
@@ -227,6 +227,25 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         await self._gate(context, hold_while_draining=False)
         try:
             header, gradient = await self._receive_push(request_iterator)
+        except Rejected as error:
+            await self._reject(context, error)
+            raise
+        return await self._take_push(header, gradient, context)
+
+    async def PushShm(self, request: pb.PushHeader, context: grpc.aio.ServicerContext) -> pb.PushReply:
+        await self._gate(context, hold_while_draining=False)
+        try:
+            if not request.shm_seq:
+                raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "PushShm needs shm_seq > 0 (chunks go through Push)")
+            gradient = self._open_push(request, self._require_shard().range.numel).finish()
+        except Rejected as error:
+            await self._reject(context, error)
+            raise
+        return await self._take_push(request, gradient, context)
+
+    async def _take_push(self, header: pb.PushHeader, gradient: torch.Tensor, context: grpc.aio.ServicerContext) -> pb.PushReply:
+        """The checks and aggregator call every push gets, however its payload came."""
+        try:
             if (self.draining or self.moved_to) and header.worker_id not in self.aggregator.outstanding:
                 await self._gate(context)  # only gradients of pulls served here are taken before the shard leaves
             usable = all_finite(gradient)
@@ -324,6 +343,25 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         return self.mailboxes.push_payload(header, shard_numel)  # the transport seam
 
     async def Pull(self, request: pb.PullRequest, context: grpc.aio.ServicerContext):
+        served = await self._serve_pull(request, context)
+        if served is None:
+            return
+        header, chunks = served
+        yield pb.PullReply(header=header)
+        for offset, data in chunks:
+            yield pb.PullReply(chunk=pb.TensorChunk(offset=offset, data=data))
+            self.pull_bytes_sent += len(data)
+
+    async def PullShm(self, request: pb.PullRequest, context: grpc.aio.ServicerContext) -> pb.PullHeader:
+        served = await self._serve_pull(request, context, need_mailbox=True)
+        if served is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the shard left while this pull waited")
+        return served[0]  # type: ignore[index]
+
+    async def _serve_pull(self, request: pb.PullRequest, context,
+                          need_mailbox: bool = False) -> tuple[pb.PullHeader, list[tuple[int, bytes]]] | None:
+        """The header and chunks of a pull, once its round allows; None when the shard left meanwhile.
+        `need_mailbox` (PullShm): refuse a puller without a mailbox here, after the checks every pull gets."""
         worker = request.worker_id
         await self._gate(context, hold_while_draining=not request.observer)
         try:
@@ -332,6 +370,9 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             if not request.observer and worker not in self.registered:
                 raise Rejected(grpc.StatusCode.NOT_FOUND, "unknown_worker", f"unknown worker {worker}: call Register first")
             dtype = checked_dtype(request.dtype)
+            if need_mailbox and (not request.shm or request.observer or worker not in self.mailboxes.boxes):
+                raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, "no_mailbox",
+                               f"worker {worker} has no shared-memory mailbox here: register again (want_shm) or use Pull")
         except Rejected as error:
             await self._reject(context, error)
             raise
@@ -340,26 +381,15 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         view = self._pull_view() if request.observer else await self._wait_for_round(worker)
         if view is None:  # the shard moved away while this pull waited
             await self._gate(context)
-            return
+            return None
         version, epoch, snapshot = view
         shm_seq, shm_slot, chunks = self.mailboxes.pull_body(request, snapshot)  # the transport seam
-        yield pb.PullReply(
-            header=pb.PullHeader(
-                version=version,
-                plan_epoch=epoch,
-                numel=shard.range.numel,
-                dtype=dtype,
-                range_start=shard.range.start,
-                shm_seq=shm_seq,
-                shm_slot=shm_slot,
-                since_first_update_s=self._since_first_update(),
-                push_pace_bytes_per_s=(self.aggregator.plan.push_pace_bytes_per_s or 0.0) if self.aggregator.plan else 0.0,
-                **self._tree_role(worker),
-            )
-        )
-        for offset, data in chunks:
-            yield pb.PullReply(chunk=pb.TensorChunk(offset=offset, data=data))
-            self.pull_bytes_sent += len(data)
+        plan = self.aggregator.plan
+        header = pb.PullHeader(
+            version=version, plan_epoch=epoch, numel=shard.range.numel, dtype=dtype, range_start=shard.range.start,
+            shm_seq=shm_seq, shm_slot=shm_slot, since_first_update_s=self._since_first_update(),
+            push_pace_bytes_per_s=(plan.push_pace_bytes_per_s or 0.0) if plan else 0.0, **self._tree_role(worker))
+        return header, chunks
 
     def _tree_role(self, worker: int) -> dict:
         """The puller's place in the plan's aggregation tree, for its pull header. A parent that
@@ -408,7 +438,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
     async def ConfigurePlan(self, request: pb.Plan, context: grpc.aio.ServicerContext) -> pb.ConfigureReply:
         await self._gate(context)
         try:
-            self._check_plan_fields(request)
+            check_plan_fields(request, self.config.max_workers)
             plan = plan_from_proto(request)
         except PlanError as exc:
             await self._reject(context, Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: {exc}"))
@@ -428,23 +458,6 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         return pb.ConfigureReply(
             epoch=plan.epoch, version=self.aggregator.version, released=len(effects.released), flushed=len(effects.applies)
         )
-
-    def _check_plan_fields(self, request: pb.Plan) -> None:
-        """Bounds SyncPlan itself does not know: this PS's worker ids, epochs, label length."""
-        if request.epoch > MAX_EPOCH:
-            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: epoch {request.epoch} exceeds {MAX_EPOCH}")
-        if len(request.label) > MAX_LABEL_CHARS:
-            raise Rejected(
-                grpc.StatusCode.INVALID_ARGUMENT, "bad_plan", f"invalid plan: label of {len(request.label)} characters exceeds {MAX_LABEL_CHARS}"
-            )
-        for index, group in enumerate(request.groups):
-            too_big = [w for w in group.workers if w >= self.config.max_workers]
-            if too_big:
-                raise Rejected(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    "bad_plan",
-                    f"invalid plan: groups[{index}] has worker id {too_big[0]} outside 0..{self.config.max_workers - 1} (max_workers)",
-                )
 
     async def Stats(self, request: pb.StatsRequest, context: grpc.aio.ServicerContext) -> pb.PsStats:
         agg = self.aggregator

@@ -190,33 +190,67 @@ class PSClient:
     def pull(self, out: torch.Tensor, timeout_s: float | None = None, observer: bool = False) -> list[ShardView]:
         """Fill `out` (the flat parameter buffer) from every PS; may block on sync rounds."""
         def pull_one(i: int, stub: pb_grpc.ParameterServerStub) -> None:
-            view, box = self.views[i], self.mailboxes[i]
-            start = view.range.start
+            box = self.mailboxes[i]
             request = pb.PullRequest(worker_id=self.worker_id, observer=observer, shm=box is not None and not observer,
                                      dtype=self.wire)
             dtype = self.wire
             for reply in stub.Pull(request, timeout=timeout_s):
                 if reply.HasField("header"):
-                    h = reply.header
-                    if h.numel != view.range.numel or h.range_start != start:
-                        raise RuntimeError(f"PS {i} serves [{h.range_start}, +{h.numel}), expected {view.range}")
-                    view.version, view.epoch, view.since_first_update_s = h.version, h.plan_epoch, h.since_first_update_s
-                    view.push_pace_bytes_per_s = h.push_pace_bytes_per_s
-                    view.tree_parent, view.tree_children = h.tree_parent, tuple(h.tree_children)
-                    dtype = h.dtype or WIRE_DTYPE
-                    if h.shm_seq:
-                        board = self.boards[i]
-                        if box is None or board is None:
-                            raise RuntimeError(f"PS {i} answered through a shared-memory mailbox this client does not have")
-                        if h.shm_slot:
-                            board.take(h.shm_slot - 1, out[start : view.range.end], h.shm_seq)
-                        else:
-                            box.take_pull(out[start : view.range.end], h.shm_seq)
+                    dtype = self._take_pull_header(i, reply.header, out)
                 else:
-                    write_chunk(out, start + reply.chunk.offset, reply.chunk.data, dtype)
+                    write_chunk(out, self.views[i].range.start + reply.chunk.offset, reply.chunk.data, dtype)
 
-        self._each(pull_one)
+        if observer or not self._all_shm:
+            self._each(pull_one)
+            return self.views
+        request = pb.PullRequest(worker_id=self.worker_id, shm=True, dtype=self.wire)
+        headers = self._all_at_once(lambda i, stub: stub.PullShm.future(request, timeout=timeout_s), pull_one)
+        for i, header in enumerate(headers):
+            if header is not None:  # None: a shard that moved, pulled through pull_one
+                self._take_pull_header(i, header, out)
         return self.views
+
+    def _take_pull_header(self, i: int, h: pb.PullHeader, out: torch.Tensor) -> str:
+        """Record what shard `i` served and copy its parameters out of shared memory when they are there;
+        returns the dtype of the chunks that follow otherwise."""
+        view, box = self.views[i], self.mailboxes[i]
+        start = view.range.start
+        if h.numel != view.range.numel or h.range_start != start:
+            raise RuntimeError(f"PS {i} serves [{h.range_start}, +{h.numel}), expected {view.range}")
+        view.version, view.epoch, view.since_first_update_s = h.version, h.plan_epoch, h.since_first_update_s
+        view.push_pace_bytes_per_s = h.push_pace_bytes_per_s
+        view.tree_parent, view.tree_children = h.tree_parent, tuple(h.tree_children)
+        if h.shm_seq:
+            board = self.boards[i]
+            if box is None or board is None:
+                raise RuntimeError(f"PS {i} answered through a shared-memory mailbox this client does not have")
+            if h.shm_slot:
+                board.take(h.shm_slot - 1, out[start : view.range.end], h.shm_seq)
+            else:
+                box.take_pull(out[start : view.range.end], h.shm_seq)
+        return h.dtype or WIRE_DTYPE
+
+    @property
+    def _all_shm(self) -> bool:
+        """Every shard has this worker's mailbox: payloads go through shared memory, calls are unary."""
+        return all(box is not None for box in self.mailboxes)
+
+    def _all_at_once(self, start: Callable[[int, pb_grpc.ParameterServerStub], grpc.Future],
+                     fallback: Callable[[int, pb_grpc.ParameterServerStub], T]) -> list:
+        """Start a unary call on every PS from this thread (no pool: the shared-memory path's calls are
+        short) and wait for them all. A shard that moved, or that has no mailbox for this worker any more,
+        is called again through `fallback` (the streaming call, which follows moves) over gRPC."""
+        futures = [start(i, stub) for i, stub in enumerate(self._stubs)]
+        results = []
+        for i, future in enumerate(futures):
+            try:
+                results.append(future.result())
+            except grpc.RpcError as exc:
+                if moved_to(exc) is None and not _lost_mailbox(exc):
+                    raise
+                self._drop_mailboxes(i)
+                results.append(self._following_moves(i, fallback))
+        return results
 
     @property
     def push_pace_bytes_per_s(self) -> float | None:
@@ -242,10 +276,9 @@ class PSClient:
         """Send each PS its slice of the flat gradient, tagged with what this worker last pulled.
         `contributors`: the tree children whose gradients `grads` already sums."""
 
-        def push_one(i: int, stub: pb_grpc.ParameterServerStub) -> pb.PushReply:
+        def header_for(i: int) -> pb.PushHeader:
             view, box = self.views[i], self.mailboxes[i]
-            piece = grads[view.range.start : view.range.end]
-            header = pb.PushHeader(
+            return pb.PushHeader(
                 worker_id=self.worker_id,
                 plan_epoch=view.epoch,
                 base_version=view.version,
@@ -254,18 +287,25 @@ class PSClient:
                 numel=view.range.numel,
                 batch_size=batch_size,
                 contributors=list(contributors),
-                shm_seq=box.put_push(piece) if box is not None else 0,  # the mailbox is written before the call
+                shm_seq=box.put_push(grads[view.range.start : view.range.end]) if box is not None else 0,  # written before the call
             )
+
+        def push_one(i: int, stub: pb_grpc.ParameterServerStub) -> pb.PushReply:
+            header = header_for(i)
 
             def messages():
                 yield pb.PushRequest(header=header)
-                if box is None:
-                    for offset, data in tensor_chunks(piece, dtype=self.wire):
+                if not header.shm_seq:
+                    view = self.views[i]
+                    for offset, data in tensor_chunks(grads[view.range.start : view.range.end], dtype=self.wire):
                         yield pb.PushRequest(chunk=pb.TensorChunk(offset=offset, data=data))
 
             return stub.Push(messages(), timeout=timeout_s)
 
-        return self._each(push_one)
+        if not self._all_shm:
+            return self._each(push_one)
+        headers = [header_for(i) for i in range(len(self._stubs))]
+        return self._all_at_once(lambda i, stub: stub.PushShm.future(headers[i], timeout=timeout_s), push_one)
 
     # ---- control ---------------------------------------------------------------
     def configure(self, plan: SyncPlan, timeout_s: float = 10.0) -> list[pb.ConfigureReply]:
@@ -305,6 +345,11 @@ def stats_at(address: str, credentials: Credentials, timeout_s: float = 5.0) -> 
         return pb_grpc.ParameterServerStub(channel).Stats(pb.StatsRequest(), timeout=timeout_s)
     finally:
         channel.close()
+
+
+def _lost_mailbox(exc: grpc.RpcError) -> bool:
+    """The PS has no mailbox for this worker (it restarted, or the shard moved in): gRPC until the next Register."""
+    return exc.code() == grpc.StatusCode.FAILED_PRECONDITION and "no shared-memory mailbox" in (exc.details() or "")
 
 
 def _or_error(call: Callable[[], T]) -> T | grpc.RpcError:

@@ -54,6 +54,16 @@ class ParameterServerStub:
                 request_serializer=star__pb2.PullRequest.SerializeToString,
                 response_deserializer=star__pb2.PullReply.FromString,
                 _registered_method=True)
+        self.PushShm = channel.unary_unary(
+                '/star.ParameterServer/PushShm',
+                request_serializer=star__pb2.PushHeader.SerializeToString,
+                response_deserializer=star__pb2.PushReply.FromString,
+                _registered_method=True)
+        self.PullShm = channel.unary_unary(
+                '/star.ParameterServer/PullShm',
+                request_serializer=star__pb2.PullRequest.SerializeToString,
+                response_deserializer=star__pb2.PullHeader.FromString,
+                _registered_method=True)
         self.ConfigurePlan = channel.unary_unary(
                 '/star.ParameterServer/ConfigurePlan',
                 request_serializer=star__pb2.Plan.SerializeToString,
@@ -98,6 +108,21 @@ class ParameterServerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Pull(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PushShm(self, request, context):
+        """Same-host workers whose payloads are in shared memory: the same calls without a stream
+        (gRPC's per-call cost is what is left of a shared-memory round). PushShm takes only
+        headers with shm_seq > 0; PullShm answers only a worker with a mailbox here.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullShm(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -149,6 +174,16 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.Pull,
                     request_deserializer=star__pb2.PullRequest.FromString,
                     response_serializer=star__pb2.PullReply.SerializeToString,
+            ),
+            'PushShm': grpc.unary_unary_rpc_method_handler(
+                    servicer.PushShm,
+                    request_deserializer=star__pb2.PushHeader.FromString,
+                    response_serializer=star__pb2.PushReply.SerializeToString,
+            ),
+            'PullShm': grpc.unary_unary_rpc_method_handler(
+                    servicer.PullShm,
+                    request_deserializer=star__pb2.PullRequest.FromString,
+                    response_serializer=star__pb2.PullHeader.SerializeToString,
             ),
             'ConfigurePlan': grpc.unary_unary_rpc_method_handler(
                     servicer.ConfigurePlan,
@@ -279,6 +314,60 @@ class ParameterServer:
             '/star.ParameterServer/Pull',
             star__pb2.PullRequest.SerializeToString,
             star__pb2.PullReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PushShm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/star.ParameterServer/PushShm',
+            star__pb2.PushHeader.SerializeToString,
+            star__pb2.PushReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullShm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/star.ParameterServer/PullShm',
+            star__pb2.PullRequest.SerializeToString,
+            star__pb2.PullHeader.FromString,
             options,
             channel_credentials,
             insecure,

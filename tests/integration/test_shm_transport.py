@@ -3,6 +3,7 @@ and no mailbox left behind by a clean exit or a kill -9."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 import signal
@@ -70,7 +71,8 @@ def test_shm_and_grpc_workers_pull_identical_bits_and_push_the_same_update(clust
         client.close()
 
 
-def _raw_push(address: str, header: pb.PushHeader, credentials: Credentials, chunks=()):
+def _raw_push(address: str, header: pb.PushHeader, credentials: Credentials, chunks=(), unary: bool = False):
+    """A Push stream of `header` and `chunks`, or (unary) the header alone through PushShm."""
     channel = credentials.channel(address, CHANNEL_OPTIONS)
 
     def messages():
@@ -79,7 +81,8 @@ def _raw_push(address: str, header: pb.PushHeader, credentials: Credentials, chu
             yield pb.PushRequest(chunk=pb.TensorChunk(offset=offset, data=data))
 
     try:
-        return pb_grpc.ParameterServerStub(channel).Push(messages(), timeout=10)
+        stub = pb_grpc.ParameterServerStub(channel)
+        return stub.PushShm(header, timeout=10) if unary else stub.Push(messages(), timeout=10)
     finally:
         channel.close()
 
@@ -114,12 +117,25 @@ def test_every_refusal_is_still_refused_on_the_shm_path(cluster, monkeypatch):
         "no_token": (torch.ones(NUMEL), {}, Credentials(), grpc.StatusCode.UNAUTHENTICATED, "missing job token"),
         "stamp_out_of_turn": (torch.ones(NUMEL), dict(shm_seq=10**6), good, grpc.StatusCode.INVALID_ARGUMENT, "does not match"),
     }
-    for name, (gradient, overrides, credentials, code, text) in cases.items():
+    for (name, (gradient, overrides, credentials, code, text)), unary in itertools.product(cases.items(), (False, True)):
         seq = box.put_push(gradient)
         with pytest.raises(grpc.RpcError) as error:
-            _raw_push(addresses[0], header(**{"shm_seq": seq, **overrides}), credentials)
-        assert error.value.code() == code, name
-        assert text in error.value.details(), name
+            _raw_push(addresses[0], header(**{"shm_seq": seq, **overrides}), credentials, unary=unary)
+        assert error.value.code() == code, (name, unary)
+        assert text in error.value.details(), (name, unary)
+    with pytest.raises(grpc.RpcError) as error:  # a unary push whose gradient is not in the mailbox
+        _raw_push(addresses[0], header(), good, unary=True)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "shm_seq > 0" in error.value.details()
+    channel = good.channel(addresses[0], CHANNEL_OPTIONS)
+    pulls = [  # a unary pull: from a worker the PS does not know (restarted PS: register again), or not for shm
+        (pb.PullRequest(worker_id=5, shm=True), grpc.StatusCode.NOT_FOUND, "unknown worker 5"),
+        (pb.PullRequest(worker_id=1, shm=False), grpc.StatusCode.FAILED_PRECONDITION, "no shared-memory mailbox"),
+    ]
+    for request, code, text in pulls:
+        with pytest.raises(grpc.RpcError) as error:
+            pb_grpc.ParameterServerStub(channel).PullShm(request, timeout=10)
+        assert error.value.code() == code and text in error.value.details()
+    channel.close()
     with pytest.raises(grpc.RpcError) as error:  # a mailbox push that also streams chunks
         _raw_push(addresses[0], header(shm_seq=box.put_push(torch.ones(NUMEL))), good,
                   [(0, np.ones(NUMEL, dtype="<f4").tobytes())])
