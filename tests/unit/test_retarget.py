@@ -1,0 +1,36 @@
+"""benchmarks.retarget: time and updates to other targets, read back from saved runs with the runs' own rule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.retarget import main, retarget
+
+
+def _run(root: Path, name: str, seed: int, curve: list[tuple[float, int, float]], smoothing: int = 1, metric: str = "loss") -> None:
+    run = root / name / f"seed{seed}"
+    run.mkdir(parents=True)
+    (run / "config.toml").write_text(f"[evaluation]\nsmoothing = {smoothing}\n")
+    (run / "result.json").write_text(json.dumps({"metric": metric}))
+    (run / "curve.csv").write_text("time_s,version,metric\n" + "".join(f"{t},{v},{m}\n" for t, v, m in curve))
+
+
+def test_each_target_is_read_with_the_runs_smoothing_and_a_target_never_passed_is_a_miss(tmp_path):
+    _run(tmp_path, "a", 0, [(1.0, 2, 3.6), (2.0, 4, 3.3), (3.0, 6, 3.1)])  # no smoothing: 3.3 first at 2 s
+    _run(tmp_path, "a", 1, [(1.0, 2, 3.6), (2.0, 4, 3.3), (3.0, 6, 3.3)], smoothing=2)  # mean of 2: 3.3 at 3 s
+    found = retarget(tmp_path, [3.3, 3.0])
+    assert found["a"][3.3] == [(2.0, 4), (3.0, 6)]
+    assert found["a"][3.0] == [(None, None), (None, None)]
+
+
+def test_accuracy_runs_count_upwards_and_the_last_line_is_json(tmp_path, capsys):
+    for seed, tta in enumerate((2.0, 4.0, 3.0)):
+        _run(tmp_path, "ddp", seed, [(1.0, 2, 0.5), (tta, 4, 0.96)], metric="accuracy")
+        _run(tmp_path, "auto", seed, [(1.0, 2, 0.5), (tta / 2, 4, 0.96)], metric="accuracy")
+    assert main([str(tmp_path), "--targets", "0.95", "--ratio-to", "ddp"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    summary = json.loads(lines[-1])
+    assert summary["runs"]["ddp"]["0.95"] == {"tta_s": 3.0, "updates": 4.0}
+    assert summary["runs"]["auto"]["0.95"]["tta_s"] == 1.5
+    assert any(line.startswith("target 0.95") and "auto 0.50" in line for line in lines)
