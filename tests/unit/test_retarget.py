@@ -34,3 +34,8 @@ def test_accuracy_runs_count_upwards_and_the_last_line_is_json(tmp_path, capsys)
     assert summary["runs"]["ddp"]["0.95"] == {"tta_s": 3.0, "updates": 4.0}
     assert summary["runs"]["auto"]["0.95"]["tta_s"] == 1.5
     assert any(line.startswith("target 0.95") and "auto 0.50" in line for line in lines)
+
+
+def test_a_run_that_stopped_exactly_at_its_target_reads_as_reached_despite_the_curves_rounding(tmp_path):
+    _run(tmp_path, "a", 0, [(1.0, 2, 0.913889), (2.0, 4, 0.966667), (3.0, 6, 0.969444)], smoothing=3, metric="accuracy")
+    assert retarget(tmp_path, [0.95])["a"][0.95] == [(3.0, 6)]  # the mean of the rounded values is 0.94999...
