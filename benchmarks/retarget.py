@@ -81,7 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dir.is_dir():
         p.error(f"{args.dir} is not a folder")
     runs = [r for r in args.runs.split(",") if r] or None
-    found = retarget(args.dir, targets, runs)
+    try:
+        found = retarget(args.dir, targets, runs)
+    except (OSError, KeyError, ValueError, tomllib.TOMLDecodeError) as exc:
+        p.error(f"{args.dir}: not a benchmark's saved runs ({type(exc).__name__}: {exc})")
+    if not found:
+        p.error(f"{args.dir} holds no <run>/seed<N>/curve.csv")
     if args.ratio_to and args.ratio_to not in found:
         p.error(f"--ratio-to {args.ratio_to!r} is not one of the runs: {', '.join(found)}")
     print("| run | target | runs | reached | TTA median s (90% interval) | updates median | per seed (s / updates) |")

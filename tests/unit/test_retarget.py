@@ -39,3 +39,16 @@ def test_accuracy_runs_count_upwards_and_the_last_line_is_json(tmp_path, capsys)
 def test_a_run_that_stopped_exactly_at_its_target_reads_as_reached_despite_the_curves_rounding(tmp_path):
     _run(tmp_path, "a", 0, [(1.0, 2, 0.913889), (2.0, 4, 0.966667), (3.0, 6, 0.969444)], smoothing=3, metric="accuracy")
     assert retarget(tmp_path, [0.95])["a"][0.95] == [(3.0, 6)]  # the mean of the rounded values is 0.94999...
+
+
+def test_a_folder_without_saved_runs_is_one_clear_error(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path), "--targets", "0.95"])
+    assert exit_.value.code == 2 and "no <run>/seed<N>/curve.csv" in capsys.readouterr().err
+    _run(tmp_path, "a", 0, [(1.0, 2, 0.5)])
+    (tmp_path / "a" / "seed0" / "config.toml").unlink()
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path), "--targets", "0.95"])
+    assert exit_.value.code == 2 and "config.toml" in capsys.readouterr().err
