@@ -67,6 +67,7 @@ class PSClient:
         self.transport, self.wire = transport, wire
         self.mailboxes: list[Mailbox | None] = [None] * len(addresses)
         self.boards: list[PullBoard | None] = [None] * len(addresses)  # each PS's pull board (with its mailbox)
+        self._written: list[tuple[tuple, Mailbox, int] | None] = [None] * len(addresses)  # last push put in each mailbox
         self.addresses = list(addresses)
         self.worker_id = worker_id
         tune_malloc()  # chunk bytes and protobuf copies are allocated and freed on every push/pull
@@ -105,7 +106,7 @@ class PSClient:
                 for segment in (box, board):
                     if segment is not None:
                         segment.close()
-                self.mailboxes[i] = self.boards[i] = None
+                self.mailboxes[i] = self.boards[i] = self._written[i] = None
 
     @property
     def transport_used(self) -> str:
@@ -189,6 +190,8 @@ class PSClient:
     # ---- data path -------------------------------------------------------------
     def pull(self, out: torch.Tensor, timeout_s: float | None = None, observer: bool = False) -> list[ShardView]:
         """Fill `out` (the flat parameter buffer) from every PS; may block on sync rounds."""
+        if not observer:
+            self._written = [None] * len(self._written)  # a new round: the next push is a new gradient
         def pull_one(i: int, stub: pb_grpc.ParameterServerStub) -> None:
             box = self.mailboxes[i]
             request = pb.PullRequest(worker_id=self.worker_id, observer=observer, shm=box is not None and not observer,
@@ -276,6 +279,8 @@ class PSClient:
         """Send each PS its slice of the flat gradient, tagged with what this worker last pulled.
         `contributors`: the tree children whose gradients `grads` already sums."""
 
+        key = (iteration, grads.data_ptr(), grads._version, batch_size, tuple(contributors))
+
         def header_for(i: int) -> pb.PushHeader:
             view, box = self.views[i], self.mailboxes[i]
             return pb.PushHeader(
@@ -287,7 +292,7 @@ class PSClient:
                 numel=view.range.numel,
                 batch_size=batch_size,
                 contributors=list(contributors),
-                shm_seq=box.put_push(grads[view.range.start : view.range.end]) if box is not None else 0,  # written before the call
+                shm_seq=self._put_push(i, box, grads[view.range.start : view.range.end], key) if box is not None else 0,
             )
 
         def push_one(i: int, stub: pb_grpc.ParameterServerStub) -> pb.PushReply:
@@ -306,6 +311,17 @@ class PSClient:
             return self._each(push_one)
         headers = [header_for(i) for i in range(len(self._stubs))]
         return self._all_at_once(lambda i, stub: stub.PushShm.future(headers[i], timeout=timeout_s), push_one)
+
+    def _put_push(self, i: int, box: Mailbox, gradient: torch.Tensor, key: tuple) -> int:
+        """Write the gradient into shard `i`'s mailbox before the call; returns its stamp. The same push sent
+        again (a retry after a lost reply: same iteration, same unchanged tensor) reuses the stamp without
+        writing: the PS may hold the first copy in place, and a new stamp would make it leave that out."""
+        last = self._written[i]
+        if last is not None and last[0] == key and last[1] is box and box.push_intact(last[2]):
+            return last[2]
+        seq = box.put_push(gradient)
+        self._written[i] = (key, box, seq)
+        return seq
 
     # ---- control ---------------------------------------------------------------
     def configure(self, plan: SyncPlan, timeout_s: float = 10.0) -> list[pb.ConfigureReply]:

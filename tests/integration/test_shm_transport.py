@@ -211,3 +211,25 @@ def test_no_mailbox_outlives_a_clean_exit_or_a_kill_9(cluster):
         for process in workers:
             process.kill()
             process.wait()
+
+
+def test_a_push_sent_again_after_a_lost_reply_keeps_the_gradient_the_ps_already_holds(cluster):
+    """A worker whose push reply was lost (timeout, reset) sends the same push again. Over shared memory
+    the retry must not write the mailbox again: the PS holds the first push's gradient there in place,
+    and a new stamp would make it leave that gradient out of the round."""
+    addresses = cluster.start_ps(1, optimizer=("--optimizer.name", "sgd", "--optimizer.lr", "1.0", "--optimizer.momentum", "0"))
+    initial, (first, second) = _clients(addresses, ("shm", "shm"))
+    params = torch.empty(NUMEL)
+    for client in (first, second):
+        client.pull(params, timeout_s=10)
+    grads = [torch.randn(NUMEL, generator=torch.Generator().manual_seed(w)) for w in range(2)]
+    assert first.push(grads[0], iteration=0, timeout_s=10)[0].status == "pending"
+    with pytest.raises(grpc.RpcError) as error:  # the retry: the PS has it already
+        first.push(grads[0], iteration=0, timeout_s=10)
+    assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert second.push(grads[1], iteration=0, timeout_s=10)[0].status == "applied"
+    first.pull(params, timeout_s=10)
+    assert torch.allclose(params, initial - (grads[0] + grads[1]) / 2, atol=1e-6)  # both gradients counted
+    assert first.stats()[0].counters.get("rejected_overwritten_in_mailbox", 0) == 0
+    for client in (first, second):
+        client.close()
