@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from star.elastic import admission_plan, with_worker
 from star.placement import HostState, PlacementConfig, ReplacementPolicy
 from star.plan import SyncPlan
+from star.policy.batch import batch_offsets
 from star.policy.controller import ControlConfig, Controller, WorkerSummary
 from star.policy.traffic import PsLayout
 
@@ -90,6 +91,8 @@ class Directives:
 
     amp: Mapping[int, bool] = field(default_factory=lambda: _EMPTY)
     batch_sizes: Mapping[int, int] = field(default_factory=lambda: _EMPTY)
+    batch_offsets: Mapping[int, int] = field(default_factory=lambda: _EMPTY)  # with new sizes: every worker's place
+    # in each round's global batch (star.tasks.global_batch), so that the batches tile it
 
     def __bool__(self) -> bool:
         return bool(self.amp) or bool(self.batch_sizes)
@@ -201,7 +204,8 @@ class ControlLoop:
         if self.state is LoopState.WAITING and self._all_judged(plan):  # once judged, a worker stays judged
             self.state = LoopState.RUNNING
         events = tuple(Event(e["kind"], {k: v for k, v in e.items() if k != "kind"}) for e in decision.events)
-        directives = Directives(MappingProxyType(decision.amp), MappingProxyType(decision.batch_sizes))
+        offsets = batch_offsets(self.controller.batch_sizes) if decision.batch_sizes else {}
+        directives = Directives(MappingProxyType(decision.amp), MappingProxyType(decision.batch_sizes), MappingProxyType(offsets))
         switch = PlanSwitch(decision.plan) if decision.plan is not None else None
         return Actions(move=move, events=events, directives=directives, switch=switch)
 

@@ -272,6 +272,8 @@ class Coordinator:
                     service.directives.setdefault(worker, pb.Directives()).amp = amp
                 for worker, size in actions.directives.batch_sizes.items():
                     service.directives.setdefault(worker, pb.Directives()).batch_size = size
+                for worker, offset in actions.directives.batch_offsets.items():
+                    service.directives.setdefault(worker, pb.Directives()).batch_offset = offset
         if actions.switch is not None:
             self._switch_plan(actions.switch.plan)
 

@@ -219,3 +219,13 @@ def predicted_gain(current: Mapping[int, int], proposed: Mapping[int, int], per_
     """The fraction of the slowest worker's iteration time `proposed` saves over `current` (0 when unknown)."""
     before = makespan_s(current, per_sample_s, fixed_s)
     return 1 - makespan_s(proposed, per_sample_s, fixed_s) / before if before > 0 else 0.0
+
+
+def batch_offsets(sizes: Mapping[int, int]) -> dict[int, int]:
+    """Each worker's offset in a round's global batch (star.tasks.global_batch): the sizes of the
+    workers before it, in worker order, so that the batches tile the global batch."""
+    offsets, total = {}, 0
+    for worker in sorted(sizes):
+        offsets[worker] = total
+        total += sizes[worker]
+    return offsets

@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, default_collate
 
 from star.tasks.base import TaskData, as_pair
+from star.tasks.global_batch import ShardTape, round_slice
 from star.tasks.sharding import BatchStream, shard_indices
 
 
@@ -62,6 +63,9 @@ class DatasetStream:
         self.loader = DataLoader(dataset, batch_sampler=self.sampler, collate_fn=collate_fn, num_workers=loader_workers,
                                  pin_memory=pin_memory, persistent_workers=loader_workers > 0)
         self._batches = iter(self.loader)  # started now: loader processes fork before any gRPC channel exists
+        self._dataset, self._collate = dataset, collate_fn or default_collate
+        self._num_workers, self._seed = num_workers, seed
+        self._tapes: list[ShardTape] | None = None
 
     @property
     def epoch(self) -> int:
@@ -73,6 +77,21 @@ class DatasetStream:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.sampler.batch_size = batch_size
         return as_pair(next(self._batches))
+
+
+    def round_batch(self, round_index: int, offset: int, size: int, base_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions [offset, offset + size) of round `round_index`'s global batch (star.tasks.global_batch),
+        read from the Dataset in this process: the loader's prefetched batches would be cut for other
+        rounds, so this path does without its processes."""
+        if self._tapes is None:
+            n = len(self._dataset)
+            self._tapes = [_epoch_tape(shard_indices(n, j, self._num_workers), self._seed, j) for j in range(self._num_workers)]
+        indices = round_slice(self._tapes, round_index, offset, size, base_batch)
+        return as_pair(self._collate([self._dataset[int(i)] for i in indices]))
+
+
+def _epoch_tape(shard: torch.Tensor, seed: int, worker_id: int) -> ShardTape:
+    return ShardTape(lambda epoch: epoch_order(shard, seed, worker_id, epoch), len(shard))
 
 
 def batch_stream(task, worker_id: int, num_workers: int, seed: int, batch_size: int):

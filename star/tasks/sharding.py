@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from star.tasks.base import TaskData
+from star.tasks.global_batch import ShardTape, round_slice
 
 
 def shard_indices(num_samples: int, worker_id: int, num_workers: int) -> torch.Tensor:
@@ -41,6 +42,8 @@ class BatchStream:
         self._order = self._shard[torch.randperm(len(self._shard), generator=self._generator)]
         self._position = 0
         self._epoch = 0
+        self._num_workers, self._seed = num_workers, seed
+        self._tapes: list[ShardTape] | None = None  # every shard's order, once batches are cut from global ones
 
     @property
     def shard(self) -> torch.Tensor:
@@ -73,3 +76,38 @@ class BatchStream:
         """(inputs, targets) of exactly `batch_size` samples."""
         indices = self.next_indices(batch_size)
         return self._data.inputs[indices], self._data.targets[indices]
+
+    def round_batch(self, round_index: int, offset: int, size: int, base_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) at positions [offset, offset + size) of round `round_index`'s global batch
+        (star.tasks.global_batch): what a worker computes once the coordinator placed its batch."""
+        if self._tapes is None:
+            self._tapes = [shard_tape(len(self._data), j, self._num_workers, self._seed) for j in range(self._num_workers)]
+        indices = round_slice(self._tapes, round_index, offset, size, base_batch)
+        return self._data.inputs[indices], self._data.targets[indices]
+
+
+def shard_tape(num_samples: int, worker_id: int, num_workers: int, seed: int) -> ShardTape:
+    """Shard `worker_id`'s endless order exactly as its BatchStream draws it (one generator seeded
+    seed + worker_id, one permutation per epoch), readable at any position."""
+    shard = shard_indices(num_samples, worker_id, num_workers)
+    replay = _SequentialOrders(shard, seed + worker_id)
+    return ShardTape(replay.order, len(shard))
+
+
+class _SequentialOrders:
+    """Epoch orders drawn one after another from one generator; an epoch asked for again after later
+    ones were drawn is replayed from the seed."""
+
+    def __init__(self, shard: torch.Tensor, seed: int):
+        self._shard, self._seed = shard, seed
+        self._generator = torch.Generator().manual_seed(seed)
+        self._next_epoch = 0
+
+    def order(self, epoch: int) -> torch.Tensor:
+        if epoch < self._next_epoch:
+            self._generator, self._next_epoch = torch.Generator().manual_seed(self._seed), 0
+        while True:
+            order = self._shard[torch.randperm(len(self._shard), generator=self._generator)]
+            self._next_epoch += 1
+            if self._next_epoch > epoch:
+                return order

@@ -47,6 +47,8 @@ class Worker:
         self.flat = FlatModel(self.model)
         self.batch_size = config.batch_size or self.task.default_batch_size
         self.base_batch = self.batch_size  # the even share; batch directives are relative to it
+        self.batch_offset: int | None = None  # where its batch starts in each round's global batch, once the coordinator
+        # sized batches (star.tasks.global_batch); None: the next batch of its own shard
         self.amp = AmpSwitch(self.device, enabled=config.amp)
         self.batches = batch_stream(self.task, config.worker_id, config.workers, config.seed, self.batch_size)
         self.slowdown = self._load_slowdown()
@@ -115,7 +117,10 @@ class Worker:
     def _compute(self) -> tuple[float, float]:
         """One forward/backward into the flat gradient; returns (loss, seconds)."""
         start = time.monotonic()
-        inputs, targets = self.batches.next_batch(self.batch_size)
+        if self.batch_offset is None:
+            inputs, targets = self.batches.next_batch(self.batch_size)
+        else:  # round = this worker's iteration: in step with the others under synchronous plans
+            inputs, targets = self.batches.round_batch(self.iteration, self.batch_offset, self.batch_size, self.base_batch)
         inputs, targets = inputs.to(self.device), targets.to(self.device)
         for _ in range(8):  # fp16 overflow: retry with the lowered loss scale
             self.flat.zero_grad()
@@ -138,6 +143,10 @@ class Worker:
         if directives.batch_size and directives.batch_size != self.batch_size:
             log(logger, logging.INFO, "batch size changed", worker=self.config.worker_id, old=self.batch_size, new=directives.batch_size)
             self.batch_size = directives.batch_size
+        if directives.HasField("batch_offset") and directives.batch_offset != self.batch_offset:
+            log(logger, logging.INFO, "batch placed in the global batch", worker=self.config.worker_id,
+                offset=directives.batch_offset, size=self.batch_size, iteration=self.iteration)
+            self.batch_offset = directives.batch_offset
 
     # ---- PS I/O ----------------------------------------------------------------
     def _retry(self, what: str, call):

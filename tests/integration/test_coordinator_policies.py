@@ -4,6 +4,8 @@ is slower than fp32, undone as ineffective and never tried again), all in events
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from star.config import JobConfig, from_dict
@@ -65,3 +67,26 @@ def test_straggler_is_detected_amp_toggled_on_and_off_again(tmp_path):
         assert not [e for e in amp_events if e["amp"] is True and e["t"] > off["t"]]
     assert not [e for e in events if e["kind"] == "straggler_detected" and e["worker"] != 3]
     assert result["amp_toggles"] >= 2
+
+
+def test_batch_sizing_places_every_workers_resized_batch_in_the_global_batch(tmp_path):
+    """A real batch-sizing run: the slowed worker gets a smaller batch, and every worker is told where its
+    batch starts in each round's global batch, so that the resized batches tile it (star.tasks.global_batch)."""
+    trace = tmp_path / "slow3.csv"
+    write_simple_csv(Trace.from_rows([(0, w, 1.0) for w in range(4)] + [(5, 3, 3.0), (10_000, 3, 3.0)]), trace)
+    out = tmp_path / "run"
+    config = from_dict(JobConfig, {"task": "digits", "workers": 4, "ps": 1, "out": str(out), "max_time_s": 30,
+                                   "target": 1.01, "stop_at_target": False, "plan": {"mode": "batch"},
+                                   "trace": {"path": str(trace)}, "control": {"decision_period_s": DECISION_PERIOD_S}})
+    launch(config)
+    decisions = [{int(w): size for w, size in e["sizes"].items()}
+                 for e in read_events(out / "events.jsonl") if e["kind"] == "batch_sizes"]
+    assert decisions, "no batch sizing decision"
+    first = decisions[0]
+    assert first[3] < min(first[w] for w in range(3)) and sum(first.values()) == 4 * 64
+    for worker in range(4):  # each placement is one decision's: offset = the sizes of the workers before
+        log = (out / "logs" / f"worker{worker}.log").read_text()
+        placed = [(int(a), int(b)) for a, b in re.findall(r"batch placed in the global batch .*offset=(\d+) size=(\d+)", log)]
+        assert placed, f"worker {worker} was never placed"
+        expected = {(sum(d[w] for w in range(worker)), d[worker]) for d in decisions}
+        assert set(placed) <= expected, (worker, placed, decisions)

@@ -308,3 +308,23 @@ def test_the_loop_decides_as_the_controller_alone_would(strategy):
         expected.append(([e["kind"] for e in decision.events], decision.amp, decision.batch_sizes, decision.plan))
     assert [([e.kind for e in a.events], dict(a.directives.amp), dict(a.directives.batch_sizes),
              a.switch and a.switch.plan) for _, a in h.steps] == expected
+
+
+def test_every_batch_decision_places_every_worker_in_the_global_batch():
+    """New sizes move the offsets of the workers after a resized one too: each batch decision gives
+    every worker its offset, and the batches then tile the global batch without gap or overlap."""
+    h = Harness("batch", FakeWorkers(6, slow={1: (4.0, 3.0), 4: (8.0, 2.0)}))
+    h.run(20.0)
+    sizes = {w: BATCH for w in range(6)}
+    decisions = 0
+    for _, actions in h.steps:
+        d = actions.directives
+        assert bool(d.batch_offsets) == bool(d.batch_sizes)
+        if d.batch_sizes:
+            decisions += 1
+            sizes.update(d.batch_sizes)
+            assert sorted(d.batch_offsets) == list(range(6))
+            spans = sorted((d.batch_offsets[w], d.batch_offsets[w] + sizes[w]) for w in range(6))
+            assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+            assert spans[-1][1] == 6 * BATCH
+    assert decisions >= 1

@@ -1,0 +1,88 @@
+"""Batches cut from each round's global batch: without resizes they are exactly the workers' own
+shard batches; resized batches that tile the global batch train on the same rows; offsets reach
+every worker with a batch decision."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from star.policy.batch import batch_offsets
+from star.tasks import TaskData
+from star.tasks.dataset import DatasetStream
+from star.tasks.global_batch import ShardTape, round_slice
+from star.tasks.sharding import BatchStream, shard_tape
+
+SAMPLES, WORKERS, BASE = 203, 4, 16  # a shard of ~50 rows: rounds cross epochs every ~3 batches
+
+
+def _data(n: int = SAMPLES) -> TaskData:
+    return TaskData(torch.arange(n, dtype=torch.float32).unsqueeze(1), torch.arange(n))
+
+
+class Rows(Dataset):
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, index: int):
+        return torch.tensor([float(index)]), index
+
+
+def _streams(kind: str, seed: int = 3):
+    if kind == "tensors":
+        return [BatchStream(_data(), w, WORKERS, seed=seed) for w in range(WORKERS)]
+    return [DatasetStream(Rows(), w, WORKERS, seed, BASE) for w in range(WORKERS)]
+
+
+@pytest.mark.parametrize("kind", ["tensors", "dataset"])
+def test_unresized_round_batches_are_exactly_each_workers_own_next_batches(kind):
+    own, cut = _streams(kind), _streams(kind)
+    for round_index in range(12):  # past several epochs of every shard
+        for w in range(WORKERS):
+            expected = own[w].next_batch(BASE)[1]
+            got = cut[w].round_batch(round_index, w * BASE, BASE, BASE)[1]
+            assert torch.equal(got, expected), (round_index, w)
+
+
+@pytest.mark.parametrize("kind", ["tensors", "dataset"])
+@pytest.mark.parametrize("sizes", [[5, 30, 21, 8], [1, 1, 1, 61], [64]])
+def test_batches_that_tile_the_global_batch_train_on_the_same_rows_as_even_ones(kind, sizes):
+    streams = _streams(kind)
+    offsets = batch_offsets(dict(enumerate(sizes)))
+    for round_index in (0, 4, 9):
+        even = torch.cat([streams[w].round_batch(round_index, w * BASE, BASE, BASE)[1] for w in range(WORKERS)])
+        resized = torch.cat([streams[w % WORKERS].round_batch(round_index, offsets[w], size, BASE)[1]
+                             for w, size in enumerate(sizes)])
+        assert Counter(resized.tolist()) == Counter(even.tolist())
+
+
+def test_positions_past_the_global_batch_continue_into_the_next_round():
+    tapes = [shard_tape(SAMPLES, j, WORKERS, 0) for j in range(WORKERS)]
+    beyond = round_slice(tapes, 2, WORKERS * BASE, BASE, BASE)
+    assert torch.equal(beyond, round_slice(tapes, 3, 0, BASE, BASE))
+
+
+def test_a_tape_asked_for_an_epoch_it_dropped_replays_it_from_the_seed():
+    tape = shard_tape(SAMPLES, 1, WORKERS, 5)
+    first = tape.indices(0, 204)  # four epochs of a 51-row shard
+    tape.indices(1000, 10)
+    assert torch.equal(tape.indices(0, 204), first)
+    shard_len = tape.shard_len
+    for epoch in range(4):
+        assert sorted(first[epoch * shard_len:(epoch + 1) * shard_len].tolist()) == list(range(1, SAMPLES, WORKERS))
+
+
+def test_round_slice_refuses_bad_positions_naming_them():
+    tapes = [ShardTape(lambda e: torch.arange(4), 4)]
+    with pytest.raises(ValueError, match="offset >= 0"):
+        round_slice(tapes, 0, -1, 2, 2)
+    with pytest.raises(ValueError, match="shard_len"):
+        ShardTape(lambda e: torch.arange(0), 0)
+
+
+def test_offsets_are_the_sizes_of_the_workers_before_in_worker_order():
+    assert batch_offsets({2: 10, 0: 30, 1: 20, 3: 4}) == {0: 0, 1: 30, 2: 50, 3: 60}
+    assert batch_offsets({}) == {}
