@@ -21,6 +21,7 @@ from pathlib import Path
 import grpc
 
 from star.hosts import HostBook, MoveState, ShardMove
+from star.policy.batch import first_iteration_of_new_batches
 from star.policy.controller import for_strategy
 from star.evaluator import CurveWriter, Evaluator
 from star.tta import EvalPoint, next_version, reached
@@ -272,8 +273,10 @@ class Coordinator:
                     service.directives.setdefault(worker, pb.Directives()).amp = amp
                 for worker, size in actions.directives.batch_sizes.items():
                     service.directives.setdefault(worker, pb.Directives()).batch_size = size
+                start = first_iteration_of_new_batches(service.cluster.max_iteration())
                 for worker, offset in actions.directives.batch_offsets.items():
-                    service.directives.setdefault(worker, pb.Directives()).batch_offset = offset
+                    directive = service.directives.setdefault(worker, pb.Directives())
+                    directive.batch_offset, directive.batch_from_iteration = offset, start
         if actions.switch is not None:
             self._switch_plan(actions.switch.plan)
 

@@ -49,6 +49,7 @@ class Worker:
         self.base_batch = self.batch_size  # the even share; batch directives are relative to it
         self.batch_offset: int | None = None  # where its batch starts in each round's global batch, once the coordinator
         # sized batches (star.tasks.global_batch); None: the next batch of its own shard
+        self.next_batch: tuple[int, int | None, int] | None = None  # (size, offset, from iteration) directed, not yet due
         self.amp = AmpSwitch(self.device, enabled=config.amp)
         self.batches = batch_stream(self.task, config.worker_id, config.workers, config.seed, self.batch_size)
         self.slowdown = self._load_slowdown()
@@ -116,6 +117,7 @@ class Worker:
 
     def _compute(self) -> tuple[float, float]:
         """One forward/backward into the flat gradient; returns (loss, seconds)."""
+        self._take_due_batch()
         start = time.monotonic()
         if self.batch_offset is None:
             inputs, targets = self.batches.next_batch(self.batch_size)
@@ -140,13 +142,23 @@ class Worker:
             self.stop.set()
         if self.amp.set(directives.amp):
             log(logger, logging.INFO, "amp switched", worker=self.config.worker_id, amp=directives.amp)
-        if directives.batch_size and directives.batch_size != self.batch_size:
-            log(logger, logging.INFO, "batch size changed", worker=self.config.worker_id, old=self.batch_size, new=directives.batch_size)
-            self.batch_size = directives.batch_size
-        if directives.HasField("batch_offset") and directives.batch_offset != self.batch_offset:
+        size = directives.batch_size or self.batch_size
+        offset = directives.batch_offset if directives.HasField("batch_offset") else self.batch_offset
+        changed = (size, offset) != (self.batch_size, self.batch_offset)
+        self.next_batch = (size, offset, directives.batch_from_iteration) if changed else None
+
+    def _take_due_batch(self) -> None:
+        """Switch to the directed batch size and place from the iteration the coordinator named, the
+        same for every worker, so that the new batches tile one round's global batch together."""
+        if self.next_batch is None or self.iteration < self.next_batch[2]:
+            return
+        size, offset, _ = self.next_batch
+        if size != self.batch_size:
+            log(logger, logging.INFO, "batch size changed", worker=self.config.worker_id, old=self.batch_size, new=size)
+        if offset != self.batch_offset:
             log(logger, logging.INFO, "batch placed in the global batch", worker=self.config.worker_id,
-                offset=directives.batch_offset, size=self.batch_size, iteration=self.iteration)
-            self.batch_offset = directives.batch_offset
+                offset=offset, size=size, iteration=self.iteration)
+        self.batch_size, self.batch_offset, self.next_batch = size, offset, None
 
     # ---- PS I/O ----------------------------------------------------------------
     def _retry(self, what: str, call):

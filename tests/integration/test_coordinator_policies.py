@@ -71,7 +71,8 @@ def test_straggler_is_detected_amp_toggled_on_and_off_again(tmp_path):
 
 def test_batch_sizing_places_every_workers_resized_batch_in_the_global_batch(tmp_path):
     """A real batch-sizing run: the slowed worker gets a smaller batch, and every worker is told where its
-    batch starts in each round's global batch, so that the resized batches tile it (star.tasks.global_batch)."""
+    batch starts in each round's global batch and from which iteration, so that the resized batches
+    tile one round's global batch together (star.tasks.global_batch)."""
     trace = tmp_path / "slow3.csv"
     write_simple_csv(Trace.from_rows([(0, w, 1.0) for w in range(4)] + [(5, 3, 3.0), (10_000, 3, 3.0)]), trace)
     out = tmp_path / "run"
@@ -84,9 +85,13 @@ def test_batch_sizing_places_every_workers_resized_batch_in_the_global_batch(tmp
     assert decisions, "no batch sizing decision"
     first = decisions[0]
     assert first[3] < min(first[w] for w in range(3)) and sum(first.values()) == 4 * 64
+    first_iterations = set()
     for worker in range(4):  # each placement is one decision's: offset = the sizes of the workers before
         log = (out / "logs" / f"worker{worker}.log").read_text()
-        placed = [(int(a), int(b)) for a, b in re.findall(r"batch placed in the global batch .*offset=(\d+) size=(\d+)", log)]
+        placed = [(int(a), int(b), int(i)) for a, b, i in
+                  re.findall(r"batch placed in the global batch .*offset=(\d+) size=(\d+) iteration=(\d+)", log)]
         assert placed, f"worker {worker} was never placed"
         expected = {(sum(d[w] for w in range(worker)), d[worker]) for d in decisions}
-        assert set(placed) <= expected, (worker, placed, decisions)
+        assert {(offset, size) for offset, size, _ in placed} <= expected, (worker, placed, decisions)
+        first_iterations.add(placed[0][2])
+    assert len(first_iterations) == 1, f"the workers took their first placed batches at iterations {first_iterations}"
