@@ -86,3 +86,36 @@ def test_round_slice_refuses_bad_positions_naming_them():
 def test_offsets_are_the_sizes_of_the_workers_before_in_worker_order():
     assert batch_offsets({2: 10, 0: 30, 1: 20, 3: 4}) == {0: 0, 1: 30, 2: 50, 3: 60}
     assert batch_offsets({}) == {}
+
+
+class _Link:
+    def __init__(self, directives):
+        self.latest = directives
+
+    def directives(self):
+        return self.latest
+
+
+def test_a_worker_takes_new_batches_from_the_named_iteration_not_when_the_directive_arrives():
+    from star.rpc import star_pb2 as pb
+    from star.worker.config import WorkerConfig
+    from star.worker.worker import Worker
+
+    worker = Worker(WorkerConfig(worker_id=1, workers=4, task="digits"))
+    base = worker.batch_size
+    worker.iteration = 3
+    link = _Link(pb.Directives(batch_size=20, batch_offset=base, batch_from_iteration=5))
+    worker._obey(link)
+    worker._compute()  # iteration 3: still the old batch, from its own shard
+    assert (worker.batch_size, worker.batch_offset) == (base, None)
+    worker.iteration = 5
+    worker._obey(link)  # the same directive read again changes nothing
+    worker._compute()
+    assert (worker.batch_size, worker.batch_offset) == (20, base)
+    link.latest = pb.Directives(batch_size=20, batch_offset=base, batch_from_iteration=5)
+    worker._obey(link)  # already in force: nothing pending
+    assert worker.next_batch is None
+    link.latest = pb.Directives(batch_size=30, batch_offset=10, batch_from_iteration=2)  # arrived late: at once
+    worker._obey(link)
+    worker._compute()
+    assert (worker.batch_size, worker.batch_offset) == (30, 10)
