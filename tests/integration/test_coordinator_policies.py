@@ -1,6 +1,7 @@
 """The coordinator on a real job: a replayed slowdown is detected within 3 decision periods,
 AMP is switched on for the straggler and off after it recovers (or, on a CPU where bf16 autocast
-is slower than fp32, undone as ineffective and never tried again), all in events.jsonl."""
+is slower than fp32, or on a machine too loaded to see its gain, undone as ineffective and never tried again),
+all in events.jsonl."""
 
 from __future__ import annotations
 
@@ -54,15 +55,20 @@ def test_straggler_is_detected_amp_toggled_on_and_off_again(tmp_path):
 
     amp_events = [e for e in events if e["kind"] == "amp" and e["worker"] == 3]
     assert amp_events[0]["amp"] is True and amp_events[0]["t"] >= detected["t"]
-    if fast_bf16:
+    first_off = next((e for e in amp_events if e["amp"] is False), None)
+    assert first_off is not None, amp_events
+    # With native bf16, AMP usually passes its verification; on a loaded machine the measured gain can fall
+    # under min_gain, and then undoing it is the policy working, not a failure of this test.
+    undone = fast_bf16 and "did not help" in first_off["reason"]
+    if fast_bf16 and not undone:
         recovery = next(e for e in events if e["kind"] == "slowdown_changed" and e["worker"] == 3 and e["factor"] == 1.0)
         recovered = next((e for e in events if e["kind"] == "straggler_recovered" and e["t"] > recovery["t"]), None)
         assert recovered is not None, (recovery, amp_events)
         off = next((e for e in amp_events if e["amp"] is False and e["t"] >= recovered["t"]), None)
         assert off is not None, (recovered, amp_events)
         assert "recovered" in off["reason"]
-    else:  # verified, found slower, undone, and never switched on again for this worker
-        off = next(e for e in amp_events if e["amp"] is False)
+    else:  # verified, found no faster, undone, and never switched on again for this worker
+        off = first_off
         assert "did not help" in off["reason"], off
         assert not [e for e in amp_events if e["amp"] is True and e["t"] > off["t"]]
     assert not [e for e in events if e["kind"] == "straggler_detected" and e["worker"] != 3]
