@@ -78,7 +78,6 @@ class DatasetStream:
         self.sampler.batch_size = batch_size
         return as_pair(next(self._batches))
 
-
     def round_batch(self, round_index: int, offset: int, size: int, base_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions [offset, offset + size) of round `round_index`'s global batch (star.tasks.global_batch),
         read from the Dataset in this process: the loader's prefetched batches would be cut for other

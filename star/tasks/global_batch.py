@@ -66,4 +66,3 @@ def round_slice(tapes: Sequence[ShardTape], round_index: int, offset: int, size:
         pieces.append(tapes[shard].indices((round_index + rounds_ahead) * base_batch + within, take))
         position += take
     return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
-
