@@ -26,9 +26,10 @@ def shard_indices(num_samples: int, worker_id: int, num_workers: int) -> torch.T
 class BatchStream:
     """Endless shuffled batches from one worker's shard.
 
-    Batches may change size between calls (the coordinator resizes batches of
-    stragglers live), so a batch that crosses an epoch boundary is completed
-    from the next epoch's shuffle instead of being cut short.
+    Batches may change size between calls (the coordinator resizes stragglers' batches live), so
+    a batch that crosses an epoch boundary is completed from the next epoch's shuffle instead of
+    being cut short. The order is the shard's tape (`shard_tape`) read from the start: the same
+    rule that places resized batches in the global batch, so the two can never disagree.
     """
 
     def __init__(self, data: TaskData, worker_id: int, num_workers: int, seed: int = 0) -> None:
@@ -38,10 +39,8 @@ class BatchStream:
             raise ValueError(
                 f"worker_id {worker_id} gets no rows: {len(data)} samples over {num_workers} workers"
             )
-        self._generator = torch.Generator().manual_seed(seed + worker_id)
-        self._order = self._shard[torch.randperm(len(self._shard), generator=self._generator)]
-        self._position = 0
-        self._epoch = 0
+        self._own = ShardTape(_SequentialOrders(self._shard, seed + worker_id).order, len(self._shard))
+        self._drawn = 0  # samples handed out so far: the position on the tape
         self._num_workers, self._seed = num_workers, seed
         self._tapes: list[ShardTape] | None = None  # every shard's order, once batches are cut from global ones
 
@@ -52,25 +51,16 @@ class BatchStream:
 
     @property
     def epoch(self) -> int:
-        """Number of completed passes over the shard."""
-        return self._epoch
+        """Number of completed passes over the shard (a pass counts once a sample past it is drawn)."""
+        return max(0, self._drawn - 1) // len(self._shard)
 
     def next_indices(self, batch_size: int) -> torch.Tensor:
         """Dataset row indices of the next batch."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        pieces = []
-        needed = batch_size
-        while needed > 0:
-            if self._position == len(self._order):
-                self._order = self._shard[torch.randperm(len(self._shard), generator=self._generator)]
-                self._position = 0
-                self._epoch += 1
-            take = min(needed, len(self._order) - self._position)
-            pieces.append(self._order[self._position : self._position + take])
-            self._position += take
-            needed -= take
-        return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        indices = self._own.indices(self._drawn, batch_size)
+        self._drawn += batch_size
+        return indices
 
     def next_batch(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs, targets) of exactly `batch_size` samples."""
@@ -87,16 +77,15 @@ class BatchStream:
 
 
 def shard_tape(num_samples: int, worker_id: int, num_workers: int, seed: int) -> ShardTape:
-    """Shard `worker_id`'s endless order exactly as its BatchStream draws it (one generator seeded
+    """Shard `worker_id`'s endless order as its BatchStream draws it (one generator seeded
     seed + worker_id, one permutation per epoch), readable at any position."""
     shard = shard_indices(num_samples, worker_id, num_workers)
-    replay = _SequentialOrders(shard, seed + worker_id)
-    return ShardTape(replay.order, len(shard))
+    return ShardTape(_SequentialOrders(shard, seed + worker_id).order, len(shard))
 
 
 class _SequentialOrders:
-    """Epoch orders drawn one after another from one generator; an epoch asked for again after later
-    ones were drawn is replayed from the seed."""
+    """Epoch orders drawn one after another from one generator (one permutation per epoch); an
+    epoch asked for again after later ones were drawn is replayed from the seed."""
 
     def __init__(self, shard: torch.Tensor, seed: int):
         self._shard, self._seed = shard, seed

@@ -11,6 +11,7 @@ import signal
 import socket
 import threading
 import time
+from dataclasses import dataclass
 
 import grpc
 import torch
@@ -36,6 +37,19 @@ class WorkerExit(Exception):
     """The worker cannot go on (e.g. its PS stayed unreachable); exits non-zero."""
 
 
+@dataclass(frozen=True)
+class PendingBatch:
+    """A batch the coordinator directed, not yet in force: every worker switches at the same
+    iteration, so that the new batches tile one round's global batch together."""
+
+    size: int
+    offset: int | None  # position in each round's global batch (None: the next batch of its own shard)
+    from_iteration: int  # the first iteration computed with it; a directive that arrives later applies at once
+
+    def due(self, iteration: int) -> bool:
+        return iteration >= self.from_iteration
+
+
 class Worker:
     def __init__(self, config: WorkerConfig):
         self.config = config
@@ -49,7 +63,7 @@ class Worker:
         self.base_batch = self.batch_size  # the even share; batch directives are relative to it
         self.batch_offset: int | None = None  # where its batch starts in each round's global batch, once the coordinator
         # sized batches (star.tasks.global_batch); None: the next batch of its own shard
-        self.next_batch: tuple[int, int | None, int] | None = None  # (size, offset, from iteration) directed, not yet due
+        self.pending_batch: PendingBatch | None = None
         self.amp = AmpSwitch(self.device, enabled=config.amp)
         self.batches = batch_stream(self.task, config.worker_id, config.workers, config.seed, self.batch_size)
         self.slowdown = self._load_slowdown()
@@ -145,20 +159,20 @@ class Worker:
         size = directives.batch_size or self.batch_size
         offset = directives.batch_offset if directives.HasField("batch_offset") else self.batch_offset
         changed = (size, offset) != (self.batch_size, self.batch_offset)
-        self.next_batch = (size, offset, directives.batch_from_iteration) if changed else None
+        self.pending_batch = PendingBatch(size, offset, directives.batch_from_iteration) if changed else None
 
     def _take_due_batch(self) -> None:
-        """Switch to the directed batch size and place from the iteration the coordinator named, the
-        same for every worker, so that the new batches tile one round's global batch together."""
-        if self.next_batch is None or self.iteration < self.next_batch[2]:
+        """Switch to the directed batch size and place once it is due (PendingBatch)."""
+        pending = self.pending_batch
+        if pending is None or not pending.due(self.iteration):
             return
-        size, offset, _ = self.next_batch
+        size, offset = pending.size, pending.offset
         if size != self.batch_size:
             log(logger, logging.INFO, "batch size changed", worker=self.config.worker_id, old=self.batch_size, new=size)
         if offset != self.batch_offset:
             log(logger, logging.INFO, "batch placed in the global batch", worker=self.config.worker_id,
                 offset=offset, size=size, iteration=self.iteration)
-        self.batch_size, self.batch_offset, self.next_batch = size, offset, None
+        self.batch_size, self.batch_offset, self.pending_batch = size, offset, None
 
     # ---- PS I/O ----------------------------------------------------------------
     def _retry(self, what: str, call):

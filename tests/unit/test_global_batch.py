@@ -114,7 +114,7 @@ def test_a_worker_takes_new_batches_from_the_named_iteration_not_when_the_direct
     assert (worker.batch_size, worker.batch_offset) == (20, base)
     link.latest = pb.Directives(batch_size=20, batch_offset=base, batch_from_iteration=5)
     worker._obey(link)  # already in force: nothing pending
-    assert worker.next_batch is None
+    assert worker.pending_batch is None
     link.latest = pb.Directives(batch_size=30, batch_offset=10, batch_from_iteration=2)  # arrived late: at once
     worker._obey(link)
     worker._compute()
