@@ -231,12 +231,14 @@ def batch_offsets(sizes: Mapping[int, int]) -> dict[int, int]:
     return offsets
 
 
-BATCH_LEAD_ITERATIONS = 2  # how far past the furthest worker's latest report new batches start
+BATCH_LEAD_ITERATIONS = 1  # how far past the furthest worker's latest report new batches start
 
 
 def first_iteration_of_new_batches(max_reported_iteration: int) -> int:
-    """The iteration from which every worker takes new sizes and offsets together. A worker reads the
-    directive from the reply to a report, which may come back only after its next report is queued:
-    two iterations past the furthest report, every worker has read it (under synchronous plans the
-    workers' iterations are at most one apart). Before it, the old batches still tile the round."""
+    """The iteration from which every worker takes new sizes and offsets together. Under synchronous
+    plans no worker has reported past the furthest report, and each worker, before it computes an
+    iteration, waits briefly for the reply to the report it just queued (star.worker.reporting), which
+    carries every decision made before that report arrived: so one iteration past the furthest report,
+    every worker has read the directive. A reply later than the wait makes that worker apply it one
+    iteration late (at once, star.worker.worker.PendingBatch). Before it, the old batches still tile the round."""
     return max_reported_iteration + BATCH_LEAD_ITERATIONS

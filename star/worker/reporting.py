@@ -51,6 +51,9 @@ class CoordinatorLink:
         self._latest: pb.Directives | None = None
         self.dropped = 0  # reports never delivered (coordinator down or far behind): training never waits for one
         self._lock = threading.Lock()
+        self._answered = threading.Condition(self._lock)  # notified when every queued report has had its reply
+        self._unanswered = 0  # reports queued and not yet answered (or failed, or dropped)
+        self._healthy = True  # the last report got a reply: waiting for the next one is worth it
         self._process = psutil.Process()
         self._process.cpu_percent(None)
         self._thread = threading.Thread(target=self._send_loop, name="reporter", daemon=True)
@@ -89,22 +92,42 @@ class CoordinatorLink:
             paced_s=times.paced_s,
             cpu_percent=self._process.cpu_percent(None),
         )
+        with self._lock:
+            self._unanswered += 1
         try:
             self._queue.put_nowait(message)
         except queue.Full:  # coordinator far behind: the newest report matters most
             try:
                 self._queue.get_nowait()
                 self.dropped += 1
+                self._settle()
             except queue.Empty:
                 pass
             self._queue.put_nowait(message)
 
+    def wait_for_replies(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` until every report queued so far has its reply, so that directives()
+        reflects decisions made before the newest report reached the coordinator. Returns at once while
+        the coordinator is not answering (training never waits for it). True when all were answered."""
+        with self._answered:
+            if not self._healthy:
+                return self._unanswered == 0
+            return self._answered.wait_for(lambda: self._unanswered == 0, timeout=timeout_s)
+
+    def _settle(self) -> None:
+        with self._answered:
+            self._unanswered = max(0, self._unanswered - 1)
+            if self._unanswered == 0:
+                self._answered.notify_all()
+
     def heartbeat(self, iteration: int) -> None:
         """Say "alive, just blocked": a worker waiting on others must not be taken for lost."""
+        with self._lock:
+            self._unanswered += 1
         try:
             self._queue.put_nowait(pb.IterationReport(worker_id=self.worker_id, iteration=iteration, heartbeat=True))
         except queue.Full:
-            pass  # reports are queued: those prove liveness too
+            self._settle()  # reports are queued: those prove liveness too
 
     def directives(self) -> pb.Directives | None:
         with self._lock:
@@ -127,12 +150,17 @@ class CoordinatorLink:
                 reply = self._stub.Report(message, timeout=5.0)
                 with self._lock:
                     self._latest = reply
+                    self._healthy = True
                 if warned:
                     log(logger, logging.INFO, "coordinator reachable again", reports_dropped=self.dropped)
                 warned = False
             except grpc.RpcError as exc:
+                with self._lock:
+                    self._healthy = False
                 if not message.heartbeat:
                     self.dropped += 1
                 if not warned:
                     log(logger, logging.WARNING, "report to coordinator failed; dropped, training goes on", error=exc.code())
                     warned = True
+            finally:
+                self._settle()

@@ -37,6 +37,9 @@ class WorkerExit(Exception):
     """The worker cannot go on (e.g. its PS stayed unreachable); exits non-zero."""
 
 
+REPLY_WAIT_S = 0.05  # how long a worker waits, before computing, for the reply to its last report
+
+
 @dataclass(frozen=True)
 class PendingBatch:
     """A batch the coordinator directed, not yet in force: every worker switches at the same
@@ -112,6 +115,9 @@ class Worker:
                 t0 = time.monotonic()
                 if not self._pull(ps):
                     break
+                if link:  # a batch decision made before our last report applies from this iteration on
+                    link.wait_for_replies(REPLY_WAIT_S)
+                    self._obey(link)
                 t1 = time.monotonic()
                 loss, raw_compute_s = self._compute()
                 factor = self.slowdown.factor_at(self.iteration) if self.slowdown else 1.0

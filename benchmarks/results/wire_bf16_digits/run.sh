@@ -1,5 +1,5 @@
 #!/bin/bash
-# bf16 wire vs fp32 over gRPC, digits, paired seeds interleaved (run from a worktree of the commit)
+# bf16 wire vs fp32 over gRPC (digits; gpt-1m: ../wire_bf16_gpt1m), paired seeds interleaved (run from a worktree of the commit)
 set -u
 TREE=$1; OUT=$2; TASK=$3; SEEDS=$4; shift 4
 for seed in $(seq 0 $((SEEDS-1))); do
