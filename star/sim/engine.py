@@ -35,6 +35,7 @@ import numpy as np
 
 from star.plan import LatePolicy, SyncPlan
 from star.control_loop import ControlLoop, Reports
+from star.policy.batch import first_iteration_of_new_batches
 from star.policy.controller import for_strategy
 from star.sim.config import SimConfig
 from star.sim.convergence import ConvergenceModel
@@ -85,6 +86,8 @@ class Simulation:
         self.cur_batch = np.zeros(n, dtype=np.int64)
         self.amp = np.zeros(n, dtype=bool)  # directives in force
         self.batch = np.full(n, c.cost.base_batch, dtype=np.int64)
+        self.next_batch = self.batch.copy()  # directed sizes, in force from iteration batch_from on (as workers do)
+        self.batch_from = np.zeros(n, dtype=np.int64)
         self.clock = np.zeros(n, dtype=np.int64)  # SSP: pushes under the plan in force
         self.pulled = np.zeros(n)  # when the PS took the pull of the computation in progress (its plan: the one then)
         self.pull_at = np.full(n, np.inf)  # SSP: when a worker whose push was applied pulls again (inf: not pulling)
@@ -141,6 +144,8 @@ class Simulation:
         """Each worker starts computing at t0. `pulled`: when the PS took its pull (default t0); a pull
         released by a round's close is taken at the close, and answered once the update is applied."""
         self.pulled[workers] = t0 if pulled is None else pulled
+        due = workers[self.iters[workers] >= self.batch_from[workers]]
+        self.batch[due] = self.next_batch[due]
         amp, batch = self.amp[workers], self.batch[workers]
         compute = self.cost.start(workers, t0, self.iters[workers], amp, batch)
         self.cur_compute[workers] = compute
@@ -359,8 +364,10 @@ class Simulation:
             self.events.append(event)
         for worker, on in actions.directives.amp.items():
             self.amp[worker] = on
-        for worker, size in actions.directives.batch_sizes.items():
-            self.batch[worker] = size
+        if actions.directives.batch_sizes:
+            start = first_iteration_of_new_batches(int(self.iters.max()))
+            for worker, size in actions.directives.batch_sizes.items():
+                self.next_batch[worker], self.batch_from[worker] = size, start
         if actions.switch is not None:
             plan = actions.switch.plan
             self._switch(plan, now, log)

@@ -72,6 +72,7 @@ class Worker:
         self.slowdown = self._load_slowdown()
         self.iteration = 0
         self.stale_pushes = 0
+        self.reply_wait_s = 0.0  # time spent after pulls waiting for report replies (the cost of a 1-iteration batch lead)
         self.pacer = PushPacer()
         self.relay: RelayServer | None = None  # set in run() when relay_host is given
         self.relay_client: RelayClient | None = None
@@ -116,7 +117,9 @@ class Worker:
                 if not self._pull(ps):
                     break
                 if link:  # a batch decision made before our last report applies from this iteration on
+                    waited = time.monotonic()
                     link.wait_for_replies(REPLY_WAIT_S)
+                    self.reply_wait_s += time.monotonic() - waited
                     self._obey(link)
                 t1 = time.monotonic()
                 loss, raw_compute_s = self._compute()
@@ -133,6 +136,7 @@ class Worker:
                                                self.batch_size, self.amp.enabled, loss, factor, paced_s))
                     self._obey(link)
             log(logger, logging.INFO, "stopped", worker=c.worker_id, iterations=self.iteration, stale_pushes=self.stale_pushes,
+                reply_wait_ms=round(self.reply_wait_s * 1000, 1),
                 tree_pushes=self.tree_pushes, relayed=self.relayed)
 
     def _compute(self) -> tuple[float, float]:
