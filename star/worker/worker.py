@@ -121,6 +121,8 @@ class Worker:
                     link.wait_for_replies(REPLY_WAIT_S)
                     self.reply_wait_s += time.monotonic() - waited
                     self._obey(link)
+                    if self.stop.is_set():  # the reply said stop: no iteration after it
+                        break
                 t1 = time.monotonic()
                 loss, raw_compute_s = self._compute()
                 factor = self.slowdown.factor_at(self.iteration) if self.slowdown else 1.0
