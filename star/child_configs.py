@@ -68,6 +68,7 @@ def ps_config(job: JobConfig, *, ps_index: int, host: str, job_id: str, checkpoi
         ps_index=ps_index, num_ps=job.ps, host=host, port=port, optimizer=job.optimizer, nonfinite=job.nonfinite,
         threads=job.threads_per_process, security=child_security(job), checkpoint_dir=checkpoint_dir,
         checkpoint_every_updates=job.faults.checkpoint_every_updates, checkpoint_every_s=job.faults.checkpoint_every_s,
+        checkpoint_max_write_share=job.faults.checkpoint_max_write_share,
         job_id=job_id, restore_dir=restore_dir, migrate_from=migrate_from,
         metrics_port=ps_metrics_port(job.metrics_port, ps_index) if metrics_port is None else metrics_port)
 

@@ -179,12 +179,15 @@ class FaultConfig:
 
     checkpoint_every_s: float = 10.0  # each PS checkpoints its shard this often (0 = not by time); always at shutdown
     checkpoint_every_updates: int = 0  # ... and/or every this many updates (0 = not by count)
+    checkpoint_max_write_share: float = 0.1  # ... but spaced so that writing takes at most this share of the time (1: no floor)
     checkpoint_dir: str | None = None  # default OUT/checkpoints
     max_restarts: int = 3  # a crashed worker, PS or coordinator is restarted (a PS from its last checkpoint, the coordinator from the PSs) this many times per job
 
     def __post_init__(self) -> None:
         _require(self.checkpoint_every_s >= 0, "faults.checkpoint_every_s", self.checkpoint_every_s, "must be >= 0")
         _require(self.checkpoint_every_updates >= 0, "faults.checkpoint_every_updates", self.checkpoint_every_updates, "must be >= 0")
+        _require(0 < self.checkpoint_max_write_share <= 1, "faults.checkpoint_max_write_share", self.checkpoint_max_write_share,
+                 "must be in (0, 1]")
         _require(self.max_restarts >= 0, "faults.max_restarts", self.max_restarts, "must be >= 0")
 
 

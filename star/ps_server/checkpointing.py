@@ -19,6 +19,8 @@ import torch
 
 from star.aggregate import Aggregator
 from star.checkpoint import ShardCheckpoint, latest_shard, save_shard, shard_dir
+from star.errors import ConfigError
+from star.ps_server.config import PSConfig
 from star.logs import log
 
 logger = logging.getLogger("ps")
@@ -26,13 +28,21 @@ logger = logging.getLogger("ps")
 
 @dataclass(frozen=True)
 class CheckpointSchedule:
-    """Checkpoint when `every_updates` updates or `every_s` seconds have passed since the last one."""
+    """Checkpoint when `every_updates` updates or `every_s` seconds have passed since the last one,
+    but never so often that writing takes more than `max_write_share` of the time: a big shard's
+    write (seconds, in a thread) competes with training for the host's CPU and disk, so its
+    checkpoints space out to at least last write's seconds / max_write_share apart."""
 
     every_updates: int = 0  # 0 = not by update count
     every_s: float = 0.0  # 0 = not by time
+    max_write_share: float = 0.1  # at most this share of wall time spent writing checkpoints (1: no floor)
 
-    def due(self, version: int, last_version: int, now_s: float, last_s: float) -> bool:
-        if version == last_version:
+    def __post_init__(self) -> None:
+        if not 0 < self.max_write_share <= 1:
+            raise ConfigError("checkpoint_max_write_share", self.max_write_share, "must be in (0, 1]")
+
+    def due(self, version: int, last_version: int, now_s: float, last_s: float, last_write_s: float = 0.0) -> bool:
+        if version == last_version or now_s - last_s < last_write_s / self.max_write_share:
             return False
         by_count = self.every_updates > 0 and version - last_version >= self.every_updates
         by_time = self.every_s > 0 and now_s - last_s >= self.every_s
@@ -49,8 +59,18 @@ class ShardCheckpointer:
         self.last_version = 0  # the version of the last checkpoint (a restored PS sets it)
         self.last_s = time.monotonic()
         self.written = 0
+        self.last_write_s = 0.0  # how long the last write took (spaces the next one, CheckpointSchedule)
         self._writing: asyncio.Future | None = None
         self._version_file: int | None = None
+
+    @classmethod
+    def for_ps(cls, config: PSConfig) -> "ShardCheckpointer | None":
+        """The checkpointer a PS's config asks for (None: no checkpoint_dir, never checkpoints)."""
+        if not config.checkpoint_dir:
+            return None
+        schedule = CheckpointSchedule(config.checkpoint_every_updates, config.checkpoint_every_s,
+                                      config.checkpoint_max_write_share)
+        return cls(config.checkpoint_dir, config.job_id, schedule)
 
     def record_version(self, version: int) -> None:
         """Keep the live version in ps<i>/version (one pwrite per update, no fsync): after a crash
@@ -75,7 +95,7 @@ class ShardCheckpointer:
         if self._writing is not None and not self._writing.done():
             return
         now = time.monotonic()
-        if not self.schedule.due(version, self.last_version, now, self.last_s):
+        if not self.schedule.due(version, self.last_version, now, self.last_s, self.last_write_s):
             return
         self.last_version, self.last_s = version, now
         self._writing = asyncio.get_running_loop().run_in_executor(None, self._write, capture())
@@ -91,8 +111,9 @@ class ShardCheckpointer:
         path = save_shard(self.directory, checkpoint)
         self.written += 1
         self.last_version = checkpoint.version
+        self.last_write_s = time.monotonic() - started
         log(logger, logging.INFO, "checkpoint written", path=str(path), version=checkpoint.version,
-            seconds=round(time.monotonic() - started, 3))
+            seconds=round(self.last_write_s, 3))
 
 
 def capture_shard(job_id: str, ps_index: int, num_ps: int, total_numel: int, shard, aggregator: Aggregator,

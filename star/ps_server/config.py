@@ -28,6 +28,7 @@ class PSConfig:
     checkpoint_dir: str | None = None  # write shard checkpoints here (star.checkpoint layout); None = never
     checkpoint_every_updates: int = 0  # checkpoint after this many updates (0 = not by count)
     checkpoint_every_s: float = 0.0  # ... or after this many seconds (0 = not by time); always at shutdown
+    checkpoint_max_write_share: float = 0.1  # ... but spaced so that writing takes at most this share of the time
     job_id: str = ""  # written into every checkpoint, so shards of different jobs are never mixed
     restore_dir: str | None = None  # start from this PS's newest checkpoint in this directory, when there is one
     migrate_from: str | None = None  # take the shard over from the PS serving it at this address (a live move)
@@ -48,6 +49,8 @@ class PSConfig:
             raise ConfigError("checkpoint_every_updates", self.checkpoint_every_updates, "must be >= 0")
         if self.checkpoint_every_s < 0:
             raise ConfigError("checkpoint_every_s", self.checkpoint_every_s, "must be >= 0")
+        if not 0 < self.checkpoint_max_write_share <= 1:
+            raise ConfigError("checkpoint_max_write_share", self.checkpoint_max_write_share, "must be in (0, 1]")
         if not self.drain_timeout_s > 0:
             raise ConfigError("drain_timeout_s", self.drain_timeout_s, "must be > 0")
         if self.migrate_from is not None and self.restore_dir is not None:

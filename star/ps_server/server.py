@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import torch
 
-from star.ps_server.checkpointing import CheckpointSchedule, ShardCheckpointer
+from star.ps_server.checkpointing import ShardCheckpointer
 from star.ps_server.config import PSConfig, Rejected, check_plan_fields, check_relay_address
 from star.ps_server.handover import HandOver
 from star.ps_server.restoring import Restoring
@@ -70,11 +70,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         self._ready = asyncio.Event()  # unset while a moving shard is on its way here (migrate_from)
         if config.migrate_from is None:
             self._ready.set()
-        self.checkpointer = (
-            ShardCheckpointer(config.checkpoint_dir, config.job_id,
-                              CheckpointSchedule(config.checkpoint_every_updates, config.checkpoint_every_s))
-            if config.checkpoint_dir else None
-        )
+        self.checkpointer = ShardCheckpointer.for_ps(config)  # None: no checkpoint_dir
         self.mailboxes = Mailboxes(config.job_id, config.ps_index, config.shm)  # same-host payloads (transport seam)
 
     # ---- helpers ---------------------------------------------------------------

@@ -164,3 +164,33 @@ def test_checkpoint_schedule(every_updates, every_s, version, last_version, elap
     from star.ps_server.checkpointing import CheckpointSchedule
 
     assert CheckpointSchedule(every_updates, every_s).due(version, last_version, 100.0 + elapsed_s, 100.0) is due
+
+
+@pytest.mark.parametrize(
+    "every_updates, every_s, last_write_s, elapsed_s, due",
+    [
+        (0, 10.0, 0.01, 10.0, True),  # a small shard's write changes nothing
+        (0, 10.0, 4.0, 10.0, False),  # a 4 s write: at most 10% of the time, so not before 40 s
+        (0, 10.0, 4.0, 40.0, True),
+        (1, 0.0, 4.0, 39.0, False),  # the floor applies to checkpoints by count too
+        (1, 0.0, 4.0, 40.0, True),
+    ],
+)
+def test_a_slow_checkpoint_write_spaces_the_next_so_writing_takes_at_most_its_share(every_updates, every_s, last_write_s,
+                                                                                      elapsed_s, due):
+    from star.ps_server.checkpointing import CheckpointSchedule
+
+    schedule = CheckpointSchedule(every_updates, every_s, max_write_share=0.1)
+    assert schedule.due(5, 0, 100.0 + elapsed_s, 100.0, last_write_s) is due
+
+
+@pytest.mark.parametrize("share", [0.0, -0.1, 1.5])
+def test_a_write_share_outside_zero_to_one_is_refused_with_the_field_named(share):
+    from star.config import FaultConfig
+    from star.errors import ConfigError
+    from star.ps_server.checkpointing import CheckpointSchedule
+
+    with pytest.raises(ConfigError, match="checkpoint_max_write_share"):
+        CheckpointSchedule(max_write_share=share)
+    with pytest.raises(ConfigError, match="faults.checkpoint_max_write_share"):
+        FaultConfig(checkpoint_max_write_share=share)

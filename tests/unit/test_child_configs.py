@@ -23,7 +23,7 @@ def _job(tmp_path: Path, **overrides) -> JobConfig:
     data = {"workers": 3, "ps": 2, "seed": 7, "batch_size": 16, "target": 0.8, "threads_per_process": 2,
             "transport": "grpc", "wire": "bfloat16", "nonfinite": "skip", "tensorboard": False, "stop_at_target": False,
             "trace": {"path": str(trace), "workers": "1,0,1", "stretch": 0.5}, "plan": {"mode": "kofn", "k": 2},
-            "optimizer": {"lr": 0.02, "weight_decay": 0.1}, "faults": {"checkpoint_every_s": 3.0, "checkpoint_every_updates": 4},
+            "optimizer": {"lr": 0.02, "weight_decay": 0.1}, "faults": {"checkpoint_every_s": 3.0, "checkpoint_every_updates": 4, "checkpoint_max_write_share": 0.2},
             "control": {"amp": False, "traffic": {"guard": False}}, "evaluation": {"every_updates": 5},
             "placement": {"cpu_aware": False}, "metrics_port": 9100, "max_workers": 5}
     data.update(overrides)
@@ -76,6 +76,7 @@ def test_ps_config_takes_its_index_the_number_of_ps_and_the_jobs_checkpoint_sett
     ps = configs[1]
     assert (ps.host, ps.port, ps.job_id, ps.checkpoint_dir, ps.restore_dir, ps.migrate_from) == ("10.0.0.1", 0, "abc", "/ck", None, None)
     assert (ps.checkpoint_every_s, ps.checkpoint_every_updates, ps.nonfinite, ps.threads) == (3.0, 4, "skip", 2)
+    assert ps.checkpoint_max_write_share == 0.2
 
 
 def test_the_job_as_run_fills_the_optimizer_it_leaves_unset_with_the_tasks_defaults_and_the_ps_runs_it(tmp_path):
