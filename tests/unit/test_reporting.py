@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from concurrent import futures
+from contextlib import closing
 
 import grpc
 import pytest
@@ -53,50 +54,38 @@ def _times(iteration: int) -> IterationTimes:
 
 def test_waiting_for_replies_returns_once_the_last_report_is_answered_with_its_directives(coordinator):
     servicer, address = coordinator(delay_s=0.2)
-    link = CoordinatorLink(address, worker_id=0, credentials=Credentials())
-    try:
+    with closing(CoordinatorLink(address, worker_id=0, credentials=Credentials())) as link:
         link.report(_times(1))
         link.report(_times(2))
         assert link.wait_for_replies(timeout_s=5.0)
         assert servicer.reports == [1, 2]
         assert link.directives().batch_size == 102
-    finally:
-        link.close()
 
 
 def test_waiting_gives_up_after_the_timeout_when_the_reply_is_slow(coordinator):
     _, address = coordinator(delay_s=1.0)
-    link = CoordinatorLink(address, worker_id=0, credentials=Credentials())
-    try:
+    with closing(CoordinatorLink(address, worker_id=0, credentials=Credentials())) as link:
         link.report(_times(1))
         started = time.monotonic()
         assert not link.wait_for_replies(timeout_s=0.05)
         assert time.monotonic() - started < 0.9  # did not wait for the reply itself
         assert link.wait_for_replies(timeout_s=5.0) and link.directives().batch_size == 101
-    finally:
-        link.close()
 
 
 def test_a_worker_never_waits_on_a_coordinator_that_does_not_answer():
-    link = CoordinatorLink("127.0.0.1:1", worker_id=0, credentials=Credentials())  # nothing listens there
-    try:
+    with closing(CoordinatorLink("127.0.0.1:1", worker_id=0, credentials=Credentials())) as link:  # nothing listens there
         link.report(_times(1))
         assert link.wait_for_replies(timeout_s=10.0)  # the failed report counts as settled
         link.report(_times(2))
         started = time.monotonic()
         link.wait_for_replies(timeout_s=10.0)
         assert time.monotonic() - started < 1.0  # after a failure it does not wait for the next reply
-    finally:
-        link.close()
 
 
 def test_every_report_and_heartbeat_is_settled_even_when_the_queue_overflows(coordinator):
     _, address = coordinator(delay_s=0.0)
-    link = CoordinatorLink(address, worker_id=0, credentials=Credentials())
-    try:
+    with closing(CoordinatorLink(address, worker_id=0, credentials=Credentials())) as link:
         for i in range(300):  # more than the queue holds: the oldest are dropped, each settled
             link.report(_times(i))
             link.heartbeat(i)
         assert link.wait_for_replies(timeout_s=20.0)
-    finally:
-        link.close()
