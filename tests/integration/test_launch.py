@@ -48,6 +48,7 @@ def _assert_rounds_came_in_tree_pushes(result: dict) -> None:
 
 # SSGD runs with tree aggregation on: flat SSGD jobs run in the coordinator, fault and security tests.
 TREE_FANOUT = {"ssgd": 2}
+CURVE_ROUNDING = 1e-6  # curve.csv's metric column has 6 decimals
 
 
 @pytest.mark.parametrize("mode", list(MODE_TARGETS))
@@ -65,7 +66,8 @@ def test_two_ps_four_workers_reach_the_digits_target(tmp_path, mode):
     curve = (tmp_path / "curve.csv").read_text().splitlines()
     assert curve[0] == "time_s,version,metric" and len(curve) > 1
     last = [float(line.split(",")[2]) for line in curve[-EvalConfig().smoothing:]]  # the target is on their mean
-    assert sum(last) / len(last) >= MODE_TARGETS[mode]
+    # curve.csv rounds each metric to 6 decimals, so a mean that sat exactly on the target may read a hair under it
+    assert sum(last) / len(last) >= MODE_TARGETS[mode] - CURVE_ROUNDING
     assert result["updates_to_target"] == int(curve[-1].split(",")[1]) and result["s_per_update"] > 0
     kinds = [json.loads(line)["kind"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert "plan" in kinds and "target_reached" in kinds
