@@ -379,7 +379,10 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             await self._gate(context)
             return None
         version, epoch, snapshot = view
-        shm_seq, shm_slot, chunks = self.mailboxes.pull_body(request, snapshot)  # the transport seam
+        if request.observer and version < request.min_version:  # an evaluator polling: the header says "not yet"
+            shm_seq, shm_slot, chunks = 0, 0, []
+        else:
+            shm_seq, shm_slot, chunks = self.mailboxes.pull_body(request, snapshot)  # the transport seam
         plan = self.aggregator.plan
         header = pb.PullHeader(
             version=version, plan_epoch=epoch, numel=shard.range.numel, dtype=dtype, range_start=shard.range.start,

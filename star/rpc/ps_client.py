@@ -188,14 +188,17 @@ class PSClient:
         return sum(self._each(init))
 
     # ---- data path -------------------------------------------------------------
-    def pull(self, out: torch.Tensor, timeout_s: float | None = None, observer: bool = False) -> list[ShardView]:
-        """Fill `out` (the flat parameter buffer) from every PS; may block on sync rounds."""
+    def pull(self, out: torch.Tensor, timeout_s: float | None = None, observer: bool = False,
+             min_version: int = 0) -> list[ShardView]:
+        """Fill `out` (the flat parameter buffer) from every PS; may block on sync rounds. An observer
+        with `min_version` gets the parameters only of shards at or past it (the others' views say
+        how far they are, and their part of `out` is left as it was)."""
         if not observer:
             self._written = [None] * len(self._written)  # a new round: the next push is a new gradient
         def pull_one(i: int, stub: pb_grpc.ParameterServerStub) -> None:
             box = self.mailboxes[i]
             request = pb.PullRequest(worker_id=self.worker_id, observer=observer, shm=box is not None and not observer,
-                                     dtype=self.wire)
+                                     dtype=self.wire, min_version=min_version if observer else 0)
             dtype = self.wire
             for reply in stub.Pull(request, timeout=timeout_s):
                 if reply.HasField("header"):
