@@ -82,24 +82,30 @@ class AmpPolicy:
         stragglers: frozenset[int],
         per_sample_s: Mapping[int, float],
         amp_reports: Mapping[int, int],
+        fresh_per_sample_s: Mapping[int, float] | None = None,
     ) -> list[AmpDecision]:
         """per_sample_s: each worker's recent raw compute seconds per sample (AMP as it ran);
-        amp_reports: how many of its recent reports ran with AMP on."""
+        amp_reports: how many of its recent reports ran with AMP on; fresh_per_sample_s: the same
+        over the newest reports, the baseline a switch-on is judged against. The steadier median
+        lags the very slowdown that made the worker a straggler: judged against it, AMP that sped a
+        gpt-10m straggler up 1.6x read as 373 -> 357 ms/sample and was undone."""
         decisions = []
         for worker, time_s in sorted(per_sample_s.items()):
             w = self.workers.setdefault(worker, _WorkerAmp())
             if w.last_toggle_period == period:
                 continue
-            decision = self._decide_one(worker, w, worker in stragglers, time_s, amp_reports.get(worker, 0))
+            baseline_s = (fresh_per_sample_s or {}).get(worker, time_s)
+            decision = self._decide_one(worker, w, worker in stragglers, time_s, amp_reports.get(worker, 0), baseline_s)
             if decision is not None:
                 w.last_toggle_period = period
                 decisions.append(decision)
         return decisions
 
-    def _decide_one(self, worker: int, w: _WorkerAmp, slow: bool, time_s: float, amp_reports: int) -> AmpDecision | None:
+    def _decide_one(self, worker: int, w: _WorkerAmp, slow: bool, time_s: float, amp_reports: int,
+                    baseline_s: float) -> AmpDecision | None:
         if w.state is AmpState.OFF and slow:
-            w.state, w.baseline_s = AmpState.VERIFYING, time_s
-            return AmpDecision(worker, True, f"straggler: per-sample compute {time_s * 1e3:.3f} ms; trying AMP")
+            w.state, w.baseline_s = AmpState.VERIFYING, baseline_s
+            return AmpDecision(worker, True, f"straggler: per-sample compute {baseline_s * 1e3:.3f} ms; trying AMP")
         if w.state is AmpState.VERIFYING and amp_reports >= self.config.verify_reports:
             self.measured.append(w.baseline_s / time_s)
             if time_s <= w.baseline_s * (1 - self.config.min_gain):

@@ -97,6 +97,21 @@ def test_auto_undoes_a_verified_amp_that_adds_too_little_to_batch_sizes():
     assert not any(controller.decide(p, plan, summaries(plain)).amp for p in range(5, 12))
 
 
+def test_auto_judges_amp_against_the_newest_speed_not_the_lagging_median():
+    """Worker 2 has just slowed to 3 ms/sample; its 4-report median still says 1.6 ms. AMP then runs
+    it at 1.5 ms: a 2x speed-up that stays on, not a 6% one that would be undone."""
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 3, 32)
+    plan = ssgd(range(3), epoch=1)
+    lagging = {0: WorkerSummary(1e-3, 0.002, 32, 0, 8), 1: WorkerSummary(1e-3, 0.002, 32, 0, 8),
+               2: WorkerSummary(1.6e-3, 0.002, 32, 0, 8, recent_per_sample_s=3e-3)}
+    first = [controller.decide(p, plan, lagging) for p in range(2)]
+    assert first[1].amp == {2: True}
+    with_amp = {**summaries({0: 1e-3, 1: 1e-3}), 2: WorkerSummary(1.5e-3, 0.002, 32, 8, 8)}
+    verified = [d for d in (controller.decide(p, plan, with_amp) for p in range(2, 5)) if d.amp]
+    assert verified and verified[0].amp == {2: True}
+    assert controller.amp.workers[2].state is AmpState.ON and controller.amp.speedup(2) == pytest.approx(2.0)
+
+
 def test_auto_keeps_a_verified_amp_that_beats_batch_sizes_alone():
     controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 3, 32)
     plan = ssgd(range(3), epoch=1)

@@ -94,6 +94,20 @@ def test_amp_that_did_not_help_is_undone_and_never_retried():
     assert policy.decide(2, frozenset({3}), {3: 3e-3}, {}) == []
 
 
+@pytest.mark.parametrize("fresh_before_s, kept", [(5.8e-3, True), (None, False)])
+def test_amp_is_judged_against_the_newest_speed_before_it_went_on(fresh_before_s, kept):
+    """The steady median (3.7 ms) still lags a slowdown the newest reports show (5.8 ms): AMP measured
+    at 3.6 ms sped the worker up 1.6x, which only the newest speed reveals (None: judged on the lag)."""
+    policy = AmpPolicy()
+    fresh = {3: fresh_before_s} if fresh_before_s else None
+    policy.decide(0, frozenset({3}), {3: 3.7e-3}, {}, fresh)
+    verdict = policy.decide(1, frozenset({3}), {3: 3.6e-3}, {3: 3}, {3: 3.6e-3})
+    assert [(d.worker, d.amp) for d in verdict] == [(3, kept)]
+    assert policy.workers[3].state is (AmpState.ON if kept else AmpState.INEFFECTIVE)
+    if kept:
+        assert policy.speedup(3) == pytest.approx(5.8 / 3.6)
+
+
 def test_amp_turns_off_when_the_straggler_recovers():
     policy = AmpPolicy()
     policy.decide(0, frozenset({3}), {3: 3e-3}, {})
