@@ -79,6 +79,29 @@ def test_pull_blocks_until_the_ssgd_round_closes(cluster):
     assert views[0].version == 1
 
 
+def test_observer_below_min_version_gets_the_header_alone(cluster):
+    """An evaluator polls for a version with headers only; the parameters move once it is there."""
+    addresses = cluster.start_ps(2)
+    _, clients = _setup(addresses)
+    params = torch.empty(NUMEL)
+    for client in clients:
+        client.pull(params, timeout_s=10)
+    for client in clients:
+        client.push(torch.ones(NUMEL), iteration=0, timeout_s=10)
+    observer = PSClient(addresses, worker_id=0)
+    observer.register(NUMEL)
+    untouched = torch.full((NUMEL,), -7.0)
+    views = observer.pull(untouched, timeout_s=10, observer=True, min_version=2)
+    assert [v.version for v in views] == [1, 1]
+    assert torch.equal(untouched, torch.full((NUMEL,), -7.0))  # no shard sent its parameters
+    served = torch.full((NUMEL,), -7.0)
+    views = observer.pull(served, timeout_s=10, observer=True, min_version=1)
+    assert [v.version for v in views] == [1, 1]
+    torch.testing.assert_close(served, _observe(clients[0]), rtol=0, atol=0)
+    assert not torch.equal(served, torch.full((NUMEL,), -7.0))
+    observer.close()
+
+
 # ---------------------------------------------------------------- bad input
 
 
@@ -117,29 +140,6 @@ BAD_PUSHES = {
     "nan_values": (dict(), np.full(NUMEL, np.nan), grpc.StatusCode.INVALID_ARGUMENT, "NaN/Inf"),
     "inf_values": (dict(), np.full(NUMEL, np.inf), grpc.StatusCode.INVALID_ARGUMENT, "NaN/Inf"),
 }
-
-
-def test_observer_below_min_version_gets_the_header_alone(cluster):
-    """An evaluator polls for a version with headers only; the parameters move once it is there."""
-    addresses = cluster.start_ps(2)
-    _, clients = _setup(addresses)
-    params = torch.empty(NUMEL)
-    for client in clients:
-        client.pull(params, timeout_s=10)
-    for client in clients:
-        client.push(torch.ones(NUMEL), iteration=0, timeout_s=10)
-    observer = PSClient(addresses, worker_id=0)
-    observer.register(NUMEL)
-    untouched = torch.full((NUMEL,), -7.0)
-    views = observer.pull(untouched, timeout_s=10, observer=True, min_version=2)
-    assert [v.version for v in views] == [1, 1]
-    assert torch.equal(untouched, torch.full((NUMEL,), -7.0))  # no shard sent its parameters
-    served = torch.full((NUMEL,), -7.0)
-    views = observer.pull(served, timeout_s=10, observer=True, min_version=1)
-    assert [v.version for v in views] == [1, 1]
-    torch.testing.assert_close(served, _observe(clients[0]), rtol=0, atol=0)
-    assert not torch.equal(served, torch.full((NUMEL,), -7.0))
-    observer.close()
 
 
 @pytest.mark.parametrize("case", sorted(BAD_PUSHES))
