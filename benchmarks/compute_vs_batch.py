@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from star.flat import FlatModel
-from star.tasks import get_task
+from star.tasks import TaskData, get_task
+from star.tasks.registry import TaskSpecError
 
 
 def step_s(task, model, flat: FlatModel, batch: int, amp: bool, repeats: int) -> float:
@@ -36,18 +37,38 @@ def step_s(task, model, flat: FlatModel, batch: int, amp: bool, repeats: int) ->
     return statistics.median(times[1:])
 
 
+def batch_sizes(text: str) -> list[int]:
+    """argparse type: '1,2,4' -> [1, 2, 4], each >= 1."""
+    try:
+        sizes = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers, e.g. 1,2,4,8") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every batch size must be >= 1")
+    return sizes
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="gpt", help="a built-in task whose train data is tensors (gpt, digits, ...)")
-    p.add_argument("--batches", default="1,2,4,8,16", help="batch sizes, comma-separated")
+    p.add_argument("--batches", type=batch_sizes, default="1,2,4,8,16", help="batch sizes, comma-separated")
     p.add_argument("--repeats", type=int, default=3, help="timed steps per batch size (median)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (a job's worker uses 1)")
     args = p.parse_args()
+    if args.repeats < 1 or args.threads < 1:
+        p.error(f"--repeats {args.repeats}, --threads {args.threads}: each must be >= 1")
     torch.set_num_threads(args.threads)
-    task = get_task(args.task)
+    try:
+        task = get_task(args.task)
+    except (TaskSpecError, ValueError) as exc:
+        p.error(f"--task {args.task!r}: {exc}")
+    if not isinstance(task.train, TaskData):
+        p.error(f"--task {args.task!r}: its train data is a Dataset; this benchmark times tasks whose data are tensors")
+    batches = args.batches
+    if max(batches) > len(task.train.inputs):
+        p.error(f"--batches: {max(batches)} exceeds the task's {len(task.train.inputs)} training samples")
     model = task.build_model(0)
     flat = FlatModel(model)
-    batches = [int(b) for b in args.batches.split(",")]
     fits = {}
     for amp in (False, True):
         seconds = [step_s(task, model, flat, b, amp, args.repeats) for b in batches]
