@@ -18,8 +18,12 @@ Measures, in one run:
 --netns puts every PS and every worker (and gloo rank r with worker r) on a host of its own: network
 namespaces joined by a bridge (benchmarks.netns; needs root), so bytes cross a veth link, not
 loopback, and shared memory is never used. PS rounds and all-reduces are interleaved (one of each per
-round, the order alternating) so both see the same background load. Every process computes with one
-intra-op thread. Figures are medians over --iterations rounds after --warmup untimed ones. Progress
+round, the order alternating) so both see the same background load. Each round starts at one instant of
+the shared monotonic clock, a little after the driver announced it, for every worker (or every gloo rank)
+alike, and lasts until the last of them finishes: neither side is timed from a barrier of its own, and
+neither is charged for the driver's staggered messages. Every process computes with one intra-op thread.
+--doorbell off makes the workers send their shared-memory headers by the PushShm/PullShm RPCs instead of
+the PS's doorbell socket (star/rpc/doorbell.py), for comparison. Figures are medians over --iterations rounds after --warmup untimed ones. Progress
 goes to stderr; the last line on stdout is one JSON object.
 """
 
@@ -46,6 +50,7 @@ import torch
 from benchmarks.datapath_procs import Processes, die_with_parent, gloo_rank_main, ps_worker_main
 
 ELEMENT_BYTES = 4
+START_LEAD_S = 0.02  # a round starts this long after the driver sends "go": every process is waiting by then
 WIRES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
@@ -95,7 +100,8 @@ def _rounds(procs: Processes, args: argparse.Namespace, numel: int, addresses: l
     transport = "grpc" if procs.prefixes else args.transport
     workers = [procs.driver(f"worker{w}", args.ps + w, ["--role", "worker", "--rank", str(w), "--world", str(args.workers),
                                                              "--addresses", ",".join(addresses), "--numel", str(numel),
-                                                             "--transport", transport, "--wire", args.wire])
+                                                             "--transport", transport, "--wire", args.wire,
+                                                             "--doorbell", args.doorbell])
                for w in range(args.workers)]
     if workers[0].read() != "ready":
         raise RuntimeError("worker 0 did not get ready")
@@ -114,28 +120,32 @@ def _rounds(procs: Processes, args: argparse.Namespace, numel: int, addresses: l
         if r.read() != "ready":
             raise RuntimeError(f"{r.name} did not get ready")
 
-    def ps_round() -> tuple[float, float, set[str]]:
-        for w in workers:
-            w.send("go")
+    def go(drivers) -> None:
+        command = f"go {time.monotonic() + START_LEAD_S!r}"
+        for driver in drivers:
+            driver.send(command)
+
+    def ps_round() -> tuple[float, float, set[str], set[str]]:
+        go(workers)
         answers = [w.read().split() for w in workers]
         push = max(float(a[0]) for a in answers)
         total = max(float(a[0]) + float(a[1]) for a in answers)
-        return push, total, {a[2] for a in answers}
+        return push, total, {a[2] for a in answers}, {a[3] for a in answers}
 
     def all_reduce() -> float:
-        for r in ranks:
-            r.send("go")
+        go(ranks)
         return max(float(r.read()) for r in ranks)
 
-    pushes, rounds, reduces, used = [], [], [], set()
+    pushes, rounds, reduces, used, headers = [], [], [], set(), set()
     for i in range(args.warmup + args.iterations):
         if i % 2:
             reduce_s = all_reduce()
-            push_s, round_s, transports = ps_round()
+            push_s, round_s, transports, header_routes = ps_round()
         else:
-            push_s, round_s, transports = ps_round()
+            push_s, round_s, transports, header_routes = ps_round()
             reduce_s = all_reduce()
         used |= transports
+        headers |= header_routes
         if i >= args.warmup:
             pushes.append(push_s)
             rounds.append(round_s)
@@ -146,7 +156,7 @@ def _rounds(procs: Processes, args: argparse.Namespace, numel: int, addresses: l
         if answer != "ok":
             raise RuntimeError(f"{driver.name} check failed: {answer}")
     return {"pushes": pushes, "rounds": rounds, "reduces": reduces, "transport": used.pop() if len(used) == 1 else "mixed",
-            "gloo_world": gloo_world}
+            "headers": headers.pop() if len(headers) == 1 else "mixed", "gloo_world": gloo_world}
 
 
 def run(args: argparse.Namespace, numel: int) -> dict:
@@ -177,7 +187,8 @@ def run(args: argparse.Namespace, numel: int) -> dict:
             codes = procs.close(grace_s=10.0 if finished else 1.0)  # a failed gloo rank may wait forever on its peers
         if any(codes):
             raise RuntimeError(f"drivers exited with codes {codes}")
-    label = f"{args.workers} worker(s) x {args.ps} PS ({figures['transport']}, {args.wire})"
+    label = f"{args.workers} worker(s) x {args.ps} PS ({figures['transport']}, {args.wire}"
+    label += f", headers by {figures['headers']})" if figures["transport"] == "shm" else ")"
     progress(f"PS push ({label}): {summary(figures['pushes'])}")
     progress(f"PS push+pull round ({label}): {summary(figures['rounds'])}")
     progress(f"gloo all-reduce ({gloo_world} ranks): {summary(figures['reduces'])}")
@@ -189,6 +200,7 @@ def run(args: argparse.Namespace, numel: int) -> dict:
         "ps": args.ps,
         "transport": figures["transport"],
         "wire": args.wire,
+        "headers": figures["headers"] if figures["transport"] == "shm" else "grpc",
         "netns": args.netns,
         "gloo_ranks": gloo_world,
         "ps_round_trip_s": round(ps_s, 6),
@@ -210,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=("auto", "shm", "grpc"), default="auto",
                    help="worker<->PS payloads: auto (shared memory where co-located), shm or grpc (default auto)")
     p.add_argument("--wire", choices=tuple(WIRES), default="fp32", help="gRPC payload dtype (default fp32)")
+    p.add_argument("--doorbell", choices=("on", "off"), default="on",
+                   help="shared-memory headers by the PS's doorbell socket (on) or by gRPC calls (off) (default on)")
     p.add_argument("--netns", action="store_true", help="every process on a host of its own (network namespaces; root)")
     p.add_argument("--iterations", type=int, default=20, help="timed rounds per measurement (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
@@ -233,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.role is not None:
         die_with_parent(args.parent_pid)
         if args.role == "worker":
-            ps_worker_main(args.rank, args.world, args.addresses.split(","), args.numel, args.transport, WIRES[args.wire])
+            ps_worker_main(args.rank, args.world, args.addresses.split(","), args.numel, args.transport, WIRES[args.wire],
+                           doorbell=args.doorbell == "on")
         else:
             gloo_rank_main(args.rank, args.world, args.master, args.numel)
         return 0

@@ -152,9 +152,19 @@ def die_with_parent(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops drivers
 
 
-def ps_worker_main(worker: int, workers: int, addresses: list[str], numel: int, transport: str, wire: str) -> None:
+def sleep_until(instant: float) -> None:
+    """Wait for a time.monotonic() instant (the clock every process on the host, and in its
+    namespaces, shares): how every measured process starts a round at the same moment."""
+    delay = instant - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def ps_worker_main(worker: int, workers: int, addresses: list[str], numel: int, transport: str, wire: str,
+                   doorbell: bool = True) -> None:
     """A worker driver: registers, (worker 0) initialises the PSs and sets an SSGD plan over every
-    worker; "go" pushes its gradient and pulls the parameters, answering "push_s pull_s transport"."""
+    worker; "go START" pushes its gradient at the monotonic instant START and pulls the parameters,
+    answering "push_s pull_s transport headers" (push_s counted from START; headers: doorbell or grpc)."""
     import torch
 
     from star.plan import ssgd
@@ -164,7 +174,7 @@ def ps_worker_main(worker: int, workers: int, addresses: list[str], numel: int, 
     generator = torch.Generator().manual_seed(worker)
     params = torch.randn(numel, generator=generator)
     grads = torch.randn(numel, generator=generator).mul_(1e-3)
-    with PSClient(addresses, worker_id=worker, transport=transport, wire=wire) as client:
+    with PSClient(addresses, worker_id=worker, transport=transport, wire=wire, doorbell=doorbell) as client:
         client.wait_ready(60.0)
         replies = client.register(numel, timeout_s=RPC_TIMEOUT_S)  # a loaded host may take long to answer
         if worker == 0:
@@ -179,14 +189,16 @@ def ps_worker_main(worker: int, workers: int, addresses: list[str], numel: int, 
             if command == "pull":  # the first pull (untimed): every worker after the plan is set
                 client.pull(params, timeout_s=RPC_TIMEOUT_S)
                 print("ok", flush=True)
-            elif command == "go":
-                t0 = time.perf_counter()
+            elif command.startswith("go "):
+                t0 = float(command.split()[1])
+                sleep_until(t0)
                 client.push(grads, iteration=iteration, timeout_s=RPC_TIMEOUT_S)
-                t1 = time.perf_counter()
+                t1 = time.monotonic()
                 client.pull(params, timeout_s=RPC_TIMEOUT_S)
-                t2 = time.perf_counter()
+                t2 = time.monotonic()
                 iteration += 1
-                print(f"{t1 - t0!r} {t2 - t1!r} {client.transport_used}", flush=True)
+                headers = "doorbell" if all(bell is not None for bell in client.doorbells) else "grpc"
+                print(f"{t1 - t0!r} {t2 - t1!r} {client.transport_used} {headers}", flush=True)
             elif command == "check":
                 versions = {v.version for v in client.views}
                 good = versions == {iteration} and bool(torch.isfinite(params).all())
@@ -196,7 +208,8 @@ def ps_worker_main(worker: int, workers: int, addresses: list[str], numel: int, 
 
 
 def gloo_rank_main(rank: int, world: int, master: str, numel: int) -> None:
-    """A gloo rank: "go" runs one timed all-reduce (answering its seconds), "check" its sum."""
+    """A gloo rank: "go START" runs one all-reduce at the monotonic instant START (answering its seconds
+    from START, as the PS workers do), "check" its sum."""
     import datetime
 
     import torch
@@ -214,12 +227,12 @@ def gloo_rank_main(rank: int, world: int, master: str, numel: int) -> None:
                 break
             if command == "check":
                 print("ok" if bool((buffer == float(world)).all()) else "wrong sum", flush=True)
-            elif command == "go":
+            elif command.startswith("go "):
+                t0 = float(command.split()[1])
                 buffer.fill_(1.0)  # the same finite values every time (untimed)
-                dist.barrier()
-                t0 = time.perf_counter()
+                sleep_until(t0)
                 dist.all_reduce(buffer)
-                print(repr(time.perf_counter() - t0), flush=True)
+                print(repr(time.monotonic() - t0), flush=True)
             else:
                 raise SystemExit(f"datapath gloo rank {rank}: unknown command {command!r}")
     finally:

@@ -18,8 +18,8 @@ still never takes a mix of two versions: a writer clears the stamp before it wri
 stamp that does not match is refused (`bad_shm_seq` at the PS, or the gradient left out of its sum),
 never used. (Store order is x86's TSO.)
 
-No leaks: names carry the job and the owning PS's pid (`star-<job>-<pid>-ps<i>-w<worker>`, and
-`...-ps<i>-board`); a PS
+No leaks: names carry the job and the owning PS's pid (`star-<job>-<pid>-ps<i>-w<worker>`,
+`...-ps<i>-board`, and the doorbell socket `...-ps<i>-bell`); a PS
 unlinks its mailboxes when it exits, and `sweep()` (run when a PS or a launcher starts and when a
 launcher ends) unlinks every mailbox whose owner is gone, which is what a kill -9 leaves behind.
 The files are created 0600, so only the job's user can map them; callers still pass the job token.
@@ -46,7 +46,7 @@ _NONCE_BYTES = 16
 _NUMEL, _PUSH_SEQ, _PULL_SEQ, _PULL_VERSION = 3, 4, 5, 6
 _BOARD_WORDS = 8  # a pull board's first slot word; each slot has two (stamp, version)
 MAX_BOARD_SLOTS = (HEADER_BYTES // 8 - _BOARD_WORDS) // 2
-_NAME = re.compile(r"^star-(?P<job>[A-Za-z0-9_]{1,32})-(?P<pid>\d+)-ps\d+-(w\d+|board)$")
+_NAME = re.compile(r"^star-(?P<job>[A-Za-z0-9_]{1,32})-(?P<pid>\d+)-ps\d+-(w\d+|board|bell)$")
 
 
 class ShmError(RuntimeError):
@@ -97,6 +97,11 @@ def mailbox_bytes(numel: int) -> int:
 
 def board_name(job_id: str, ps_index: int, pid: int | None = None) -> str:
     return f"{PREFIX}{job_tag(job_id)}-{os.getpid() if pid is None else pid}-ps{ps_index}-board"
+
+
+def doorbell_path(job_id: str, ps_index: int, pid: int | None = None, directory: Path = SHM_DIR) -> Path:
+    """The PS's doorbell socket (star/ps_server/doorbell.py), named like its mailboxes so sweep() finds it."""
+    return directory / f"{PREFIX}{job_tag(job_id)}-{os.getpid() if pid is None else pid}-ps{ps_index}-bell"
 
 
 class _Segment:

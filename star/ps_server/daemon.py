@@ -12,6 +12,7 @@ import torch
 
 from star.ps_server.checkpointing import restore_shard
 from star.ps_server.config import PSConfig
+from star.ps_server.doorbell import DoorbellServer
 from star.ps_server.handover import take_over
 from star.ps_server.metrics import start_ps_metrics
 from star.ps_server.server import ParameterServer
@@ -19,6 +20,7 @@ from star.logs import log
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS, address, tune_malloc, write_ready_file
 from star.rpc.security import Credentials
+from star.shm import doorbell_path
 
 logger = logging.getLogger("ps")
 
@@ -48,6 +50,7 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
     if port == 0:
         raise SystemExit(f"ps{config.ps_index}: could not bind {config.host}:{config.port}")
     await server.start()
+    doorbell = await _start_doorbell(servicer, config, credentials)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -61,5 +64,21 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
     await stop.wait()
     log(logger, logging.INFO, "shutting down", **servicer.aggregator.accounting())
     await server.stop(grace=1.0)
+    if doorbell is not None:
+        await doorbell.close()
     servicer.mailboxes.close()
     await servicer.final_checkpoint()
+
+
+async def _start_doorbell(servicer: ParameterServer, config: PSConfig, credentials: Credentials) -> DoorbellServer | None:
+    """The same-host header socket offered with every mailbox; None (headers by gRPC) when off or it cannot be made."""
+    if not (config.shm and config.shm_doorbell):
+        return None
+    doorbell = DoorbellServer(servicer, doorbell_path(config.job_id, config.ps_index), credentials.token)
+    try:
+        await doorbell.start()
+    except OSError as exc:
+        log(logger, logging.WARNING, "no doorbell: same-host headers go by gRPC", path=str(doorbell.path), error=str(exc))
+        return None
+    servicer.mailboxes.doorbell = str(doorbell.path)
+    return doorbell

@@ -199,7 +199,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         if request.want_shm and numel:
             offer = self.mailboxes.offer(request.worker_id, numel)
             reply.shm_name, reply.shm_nonce = offer.name, offer.nonce
-            reply.shm_board_name, reply.shm_board_nonce, reply.shm_board_slots = offer.board_name, offer.board_nonce, offer.board_slots
+            reply.shm_board_name, reply.shm_board_nonce, reply.shm_board_slots, reply.shm_doorbell = \
+                offer.board_name, offer.board_nonce, offer.board_slots, offer.doorbell
         return reply
 
     async def Init(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.InitReply:
@@ -488,7 +489,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         )
         boxes = self.mailboxes
         reply.counters.update(shm_pushes=boxes.pushes, shm_pulls=boxes.pulls, shm_board_pulls=boxes.board_pulls,
-                              bf16_pushes=boxes.bf16_pushes)
+                              bf16_pushes=boxes.bf16_pushes, doorbell_calls=boxes.doorbell_calls)
         if self.shard is not None:
             reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end
         return reply

@@ -93,6 +93,7 @@ class Offer:
     board_name: str = ""
     board_nonce: bytes = b""
     board_slots: int = 0
+    doorbell: str = ""  # the PS's doorbell socket ("": none; headers go by PushShm/PullShm)
 
 
 class Mailboxes:
@@ -107,6 +108,8 @@ class Mailboxes:
         self.pulls = 0
         self.board_pulls = 0  # of those, served from the pull board (the rest: written into the mailbox)
         self.bf16_pushes = 0  # pushes whose chunks were bfloat16
+        self.doorbell = ""  # the doorbell socket's path, once the daemon serves one (offered with every mailbox)
+        self.doorbell_calls = 0  # pushes and pulls whose header came by the doorbell
         if enabled:
             removed = sweep()
             if removed:
@@ -130,7 +133,7 @@ class Mailboxes:
             log(logger, logging.WARNING, "no shared-memory mailbox: this worker's payloads go over gRPC", worker=worker, error=str(exc))
             return Offer()
         assert self.board is not None
-        return Offer(box.path.name, box.nonce, self.board.path.name, self.board.nonce, self.board.slots)
+        return Offer(box.path.name, box.nonce, self.board.path.name, self.board.nonce, self.board.slots, self.doorbell)
 
     def _new_board(self, numel: int) -> None:
         if self.board is not None:

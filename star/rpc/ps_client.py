@@ -4,8 +4,9 @@ One channel per PS and one thread per PS for the blocking calls, so a round trip
 P servers costs about as long as the slowest of them, not their sum. Payloads go
 straight between the flat buffer and wire chunks (float32, or bfloat16 with wire="bfloat16"),
 or, with a PS on this host, through the shared-memory mailbox it offered (star/shm.py; the
-gRPC call then carries only the header). transport="auto" takes a mailbox where one is
-offered and works (the nonce proves the same memory), "shm" requires one, "grpc" never asks.
+gRPC call then carries only the header, or the PS's doorbell socket does: star/rpc/doorbell.py).
+transport="auto" takes a mailbox where one is offered and works (the nonce proves the same memory),
+"shm" requires one, "grpc" never asks.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS, MOVED_TO_KEY, plan_to_proto, tune_malloc
+from star.rpc.doorbell import Doorbell
 from star.rpc.security import Credentials
 from star.shm import Mailbox, PullBoard, ShmError
 
@@ -59,14 +61,17 @@ class ShardView:
 
 class PSClient:
     def __init__(self, addresses: Sequence[str], worker_id: int = 0, credentials: Credentials | None = None,
-                 transport: str = "auto", wire: str = WIRE_DTYPE):
-        """`credentials` default to the job token in STAR_JOB_TOKEN (if any), without TLS."""
+                 transport: str = "auto", wire: str = WIRE_DTYPE, doorbell: bool = True):
+        """`credentials` default to the job token in STAR_JOB_TOKEN (if any), without TLS. `doorbell`: ring a
+        same-host PS's doorbell for shared-memory headers when it offers one (False: always the RPCs)."""
         if not addresses:
             raise ValueError("ps_addresses must name at least one parameter server")
         check_transport_fields(transport, wire)
         self.transport, self.wire = transport, wire
         self.mailboxes: list[Mailbox | None] = [None] * len(addresses)
         self.boards: list[PullBoard | None] = [None] * len(addresses)  # each PS's pull board (with its mailbox)
+        self.doorbells: list[Doorbell | None] = [None] * len(addresses)  # each PS's header socket (with its mailbox)
+        self.use_doorbell = doorbell
         self._written: list[tuple[tuple, Mailbox, int] | None] = [None] * len(addresses)  # last push put in each mailbox
         self.addresses = list(addresses)
         self.worker_id = worker_id
@@ -101,12 +106,12 @@ class PSClient:
         self._drop_mailboxes(index)  # the mailbox was the old PS's: gRPC until the next Register
 
     def _drop_mailboxes(self, only: int | None = None) -> None:
-        for i, (box, board) in enumerate(zip(self.mailboxes, self.boards)):
+        for i, (box, board, bell) in enumerate(zip(self.mailboxes, self.boards, self.doorbells)):
             if only in (None, i):
-                for segment in (box, board):
+                for segment in (box, board, bell):
                     if segment is not None:
                         segment.close()
-                self.mailboxes[i] = self.boards[i] = self._written[i] = None
+                self.mailboxes[i] = self.boards[i] = self.doorbells[i] = self._written[i] = None
 
     @property
     def transport_used(self) -> str:
@@ -127,6 +132,12 @@ class PSClient:
             self._drop_mailboxes(index)
             if self.transport == "shm":
                 raise RuntimeError(f"transport=shm: PS {index} at {self.addresses[index]}: {exc}") from None
+            return
+        if reply.shm_doorbell and self.use_doorbell:
+            try:
+                self.doorbells[index] = Doorbell(reply.shm_doorbell, self._credentials.token)
+            except (OSError, grpc.RpcError):  # the PS's headers then go by PushShm / PullShm
+                self.doorbells[index] = None
 
     def _following_moves(self, index: int, call: Callable[[int, pb_grpc.ParameterServerStub], T]) -> T:
         """`call` against shard `index`, following it (and re-issuing the call) when it moved."""
@@ -210,7 +221,8 @@ class PSClient:
             self._each(pull_one)
             return self.views
         request = pb.PullRequest(worker_id=self.worker_id, shm=True, dtype=self.wire)
-        headers = self._all_at_once(lambda i, stub: stub.PullShm.future(request, timeout=timeout_s), pull_one)
+        ring = pb.DoorbellRequest(pull=request, timeout_s=timeout_s or 0.0)
+        headers = self._all_at_once(lambda i, stub: self._unary(i, stub.PullShm, request, ring, timeout_s), pull_one)
         for i, header in enumerate(headers):
             if header is not None:  # None: a shard that moved, pulled through pull_one
                 self._take_pull_header(i, header, out)
@@ -245,17 +257,23 @@ class PSClient:
                      fallback: Callable[[int, pb_grpc.ParameterServerStub], T]) -> list:
         """Start a unary call on every PS from this thread (no pool: the shared-memory path's calls are
         short) and wait for them all. A shard that moved, or that has no mailbox for this worker any more,
-        is called again through `fallback` (the streaming call, which follows moves) over gRPC."""
+        is called again through `fallback` (the streaming call, which follows moves) over gRPC. Every call
+        is waited for before the first error is raised: a doorbell stays busy until its answer is read."""
         futures = [start(i, stub) for i, stub in enumerate(self._stubs)]
-        results = []
+        results: list = []
+        error: grpc.RpcError | None = None
         for i, future in enumerate(futures):
             try:
                 results.append(future.result())
             except grpc.RpcError as exc:
                 if moved_to(exc) is None and not _lost_mailbox(exc):
-                    raise
+                    error = error or exc
+                    results.append(None)
+                    continue
                 self._drop_mailboxes(i)
                 results.append(self._following_moves(i, fallback))
+        if error is not None:
+            raise error
         return results
 
     @property
@@ -313,7 +331,17 @@ class PSClient:
         if not self._all_shm:
             return self._each(push_one)
         headers = [header_for(i) for i in range(len(self._stubs))]
-        return self._all_at_once(lambda i, stub: stub.PushShm.future(headers[i], timeout=timeout_s), push_one)
+        return self._all_at_once(lambda i, stub: self._unary(i, stub.PushShm, headers[i],
+                                                             pb.DoorbellRequest(push=headers[i], timeout_s=timeout_s or 0.0),
+                                                             timeout_s), push_one)
+
+    def _unary(self, i: int, rpc, message, ring: pb.DoorbellRequest, timeout_s: float | None):
+        """Start a shared-memory header call on shard `i`: by its doorbell when there is one (falling back to
+        the RPC if the socket breaks), else the unary RPC. Either way a future whose result() is the reply."""
+        bell = self.doorbells[i]
+        if bell is None or bell.closed:
+            return rpc.future(message, timeout=timeout_s)
+        return bell.ring(ring, lambda: rpc(message, timeout=timeout_s))
 
     def _put_push(self, i: int, box: Mailbox, gradient: torch.Tensor, key: tuple) -> int:
         """Write the gradient into shard `i`'s mailbox before the call; returns its stamp. The same push sent

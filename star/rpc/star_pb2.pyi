@@ -43,7 +43,7 @@ class RegisterRequest(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., total_numel: _Optional[int] = ..., relay_address: _Optional[str] = ..., want_shm: _Optional[bool] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("initialized", "range_start", "range_end", "total_numel", "ps_index", "num_ps", "shm_name", "shm_nonce", "shm_board_name", "shm_board_nonce", "shm_board_slots")
+    __slots__ = ("initialized", "range_start", "range_end", "total_numel", "ps_index", "num_ps", "shm_name", "shm_nonce", "shm_board_name", "shm_board_nonce", "shm_board_slots", "shm_doorbell")
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RANGE_START_FIELD_NUMBER: _ClassVar[int]
     RANGE_END_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class RegisterReply(_message.Message):
     SHM_BOARD_NAME_FIELD_NUMBER: _ClassVar[int]
     SHM_BOARD_NONCE_FIELD_NUMBER: _ClassVar[int]
     SHM_BOARD_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    SHM_DOORBELL_FIELD_NUMBER: _ClassVar[int]
     initialized: bool
     range_start: int
     range_end: int
@@ -66,7 +67,8 @@ class RegisterReply(_message.Message):
     shm_board_name: str
     shm_board_nonce: bytes
     shm_board_slots: int
-    def __init__(self, initialized: _Optional[bool] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., total_numel: _Optional[int] = ..., ps_index: _Optional[int] = ..., num_ps: _Optional[int] = ..., shm_name: _Optional[str] = ..., shm_nonce: _Optional[bytes] = ..., shm_board_name: _Optional[str] = ..., shm_board_nonce: _Optional[bytes] = ..., shm_board_slots: _Optional[int] = ...) -> None: ...
+    shm_doorbell: str
+    def __init__(self, initialized: _Optional[bool] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., total_numel: _Optional[int] = ..., ps_index: _Optional[int] = ..., num_ps: _Optional[int] = ..., shm_name: _Optional[str] = ..., shm_nonce: _Optional[bytes] = ..., shm_board_name: _Optional[str] = ..., shm_board_nonce: _Optional[bytes] = ..., shm_board_slots: _Optional[int] = ..., shm_doorbell: _Optional[str] = ...) -> None: ...
 
 class InitHeader(_message.Message):
     __slots__ = ("total_numel", "dtype")
@@ -523,3 +525,43 @@ class ContributeReply(_message.Message):
     taken: bool
     reason: str
     def __init__(self, taken: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DoorbellRequest(_message.Message):
+    __slots__ = ("hello", "push", "pull", "timeout_s")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    PULL_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    hello: DoorbellHello
+    push: PushHeader
+    pull: PullRequest
+    timeout_s: float
+    def __init__(self, hello: _Optional[_Union[DoorbellHello, _Mapping]] = ..., push: _Optional[_Union[PushHeader, _Mapping]] = ..., pull: _Optional[_Union[PullRequest, _Mapping]] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class DoorbellHello(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    def __init__(self, token: _Optional[str] = ...) -> None: ...
+
+class DoorbellReply(_message.Message):
+    __slots__ = ("hello_ok", "push", "pull", "error")
+    HELLO_OK_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    PULL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    hello_ok: bool
+    push: PushReply
+    pull: PullHeader
+    error: DoorbellError
+    def __init__(self, hello_ok: _Optional[bool] = ..., push: _Optional[_Union[PushReply, _Mapping]] = ..., pull: _Optional[_Union[PullHeader, _Mapping]] = ..., error: _Optional[_Union[DoorbellError, _Mapping]] = ...) -> None: ...
+
+class DoorbellError(_message.Message):
+    __slots__ = ("code", "details", "moved_to")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    MOVED_TO_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    details: str
+    moved_to: str
+    def __init__(self, code: _Optional[int] = ..., details: _Optional[str] = ..., moved_to: _Optional[str] = ...) -> None: ...

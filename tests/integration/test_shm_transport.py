@@ -191,7 +191,8 @@ def test_no_mailbox_outlives_a_clean_exit_or_a_kill_9(cluster):
     try:
         (first,) = cluster.start_ps(1, "--job-id", job)
         workers.append(_registered_worker(first, 0))
-        assert [name.rsplit("-", 1)[1] for name in _mailboxes(job)] == ["board", "w0"]  # its mailbox, the PS's board
+        # its mailbox, the PS's board and doorbell socket
+        assert [name.rsplit("-", 1)[1] for name in _mailboxes(job)] == ["bell", "board", "w0"]
         workers[0].kill()  # kill -9 of a worker: its mailbox is the PS's, which unlinks it on exit
         workers[0].wait()
         pid = _ps_pid(first)
@@ -204,9 +205,9 @@ def test_no_mailbox_outlives_a_clean_exit_or_a_kill_9(cluster):
         pid = _ps_pid(second)
         os.kill(pid, signal.SIGKILL)  # kill -9 of a PS: its mailbox stays until the next start
         _wait_exit(pid)
-        assert _mailboxes(job) == leaked and len(leaked) == 2
-        cluster.start_ps(1, "--job-id", job)
-        assert _mailboxes(job) == []
+        assert _mailboxes(job) == leaked and len(leaked) == 3
+        (third,) = cluster.start_ps(1, "--job-id", job)
+        assert _mailboxes(job) == [f"star-{job_tag(job)}-{_ps_pid(third)}-ps0-bell"]  # the dead PS's files are gone
     finally:
         for process in workers:
             process.kill()
