@@ -3,6 +3,7 @@
     python -m benchmarks.datapath                        # 1 worker, 1 PS, 16 MiB (2-rank gloo)
     python -m benchmarks.datapath --workers 4 --ps 2 --bytes 64MiB --transport shm
     python -m benchmarks.datapath --workers 4 --ps 2 --bytes 16MiB --netns --wire bf16
+    python -m benchmarks.datapath --workers 4 --ps 2 --bytes 16MiB --netns --transport grpc
 
 Measures, in one run:
 
@@ -10,14 +11,15 @@ Measures, in one run:
    gradient to --ps real PS daemons (`star ps`, the vector sharded over them) and pull the
    parameters back, all at once, under an SSGD plan over every worker (each pull waits for the
    round: the synchronous barrier an all-reduce also has). A round takes as long as its slowest
-   worker. --transport picks how payloads move (auto: shared memory with a co-located PS, else
-   gRPC), --wire their gRPC dtype (bf16 halves the bytes; the PS master stays fp32).
+   worker. --transport picks how payloads move (auto: shared memory with a co-located PS, else the
+   PS's socket channel, raw bytes on TCP; socket: the socket channel even on one host; grpc: gRPC
+   chunks), --wire their dtype across hosts (bf16 halves the bytes; the PS master stays fp32).
 2. torch.distributed gloo all-reduce of the same bytes among max(2, --workers) ranks.
 3. memcpy of the same buffer (torch `copy_` between two preallocated tensors).
 
 --netns puts every PS and every worker (and gloo rank r with worker r) on a host of its own: network
 namespaces joined by a bridge (benchmarks.netns; needs root), so bytes cross a veth link, not
-loopback, and shared memory is never used. PS rounds and all-reduces are interleaved (one of each per
+loopback, and shared memory is never used: auto and socket take the PSs' socket channels, grpc gRPC. PS rounds and all-reduces are interleaved (one of each per
 round, the order alternating) so both see the same background load. Each round starts at one instant of
 the shared monotonic clock, a little after the driver announced it, for every worker (or every gloo rank)
 alike, and lasts until the last of them finishes: neither side is timed from a barrier of its own, and
@@ -96,8 +98,9 @@ def bench_memcpy(numel: int, iterations: int, warmup: int) -> float:
 
 def _rounds(procs: Processes, args: argparse.Namespace, numel: int, addresses: list[str], gloo_world: int,
             gloo_node: int) -> dict:
-    # Namespaces stand for separate hosts, but they share this machine's /dev/shm: auto would find it.
-    transport = "grpc" if procs.prefixes else args.transport
+    # Namespaces stand for separate hosts, but they share this machine's /dev/shm: auto would find it, where
+    # another host's worker would take the socket channel.
+    transport = ("grpc" if args.transport == "grpc" else "socket") if procs.prefixes else args.transport
     workers = [procs.driver(f"worker{w}", args.ps + w, ["--role", "worker", "--rank", str(w), "--world", str(args.workers),
                                                              "--addresses", ",".join(addresses), "--numel", str(numel),
                                                              "--transport", transport, "--wire", args.wire,
@@ -200,7 +203,7 @@ def run(args: argparse.Namespace, numel: int) -> dict:
         "ps": args.ps,
         "transport": figures["transport"],
         "wire": args.wire,
-        "headers": figures["headers"] if figures["transport"] == "shm" else "grpc",
+        "headers": figures["headers"] if figures["transport"] in ("shm", "socket") else "grpc",
         "netns": args.netns,
         "gloo_ranks": gloo_world,
         "ps_round_trip_s": round(ps_s, 6),
@@ -219,9 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mib", type=float, default=None, help="payload in MiB (the older spelling of --bytes)")
     p.add_argument("--workers", type=int, default=1, help="workers pushing and pulling at once (default 1)")
     p.add_argument("--ps", type=int, default=1, help="parameter servers the vector is sharded over (default 1)")
-    p.add_argument("--transport", choices=("auto", "shm", "grpc"), default="auto",
-                   help="worker<->PS payloads: auto (shared memory where co-located), shm or grpc (default auto)")
-    p.add_argument("--wire", choices=tuple(WIRES), default="fp32", help="gRPC payload dtype (default fp32)")
+    p.add_argument("--transport", choices=("auto", "shm", "socket", "grpc"), default="auto",
+                   help="worker<->PS payloads: auto (shared memory where co-located, else the socket channel), shm, "
+                        "socket or grpc (default auto)")
+    p.add_argument("--wire", choices=tuple(WIRES), default="fp32", help="payload dtype across hosts (default fp32)")
     p.add_argument("--doorbell", choices=("on", "off"), default="on",
                    help="shared-memory headers by the PS's doorbell socket (on) or by gRPC calls (off) (default on)")
     p.add_argument("--netns", action="store_true", help="every process on a host of its own (network namespaces; root)")

@@ -164,7 +164,7 @@ def ps_worker_main(worker: int, workers: int, addresses: list[str], numel: int, 
                    doorbell: bool = True) -> None:
     """A worker driver: registers, (worker 0) initialises the PSs and sets an SSGD plan over every
     worker; "go START" pushes its gradient at the monotonic instant START and pulls the parameters,
-    answering "push_s pull_s transport headers" (push_s counted from START; headers: doorbell or grpc)."""
+    answering "push_s pull_s transport headers" (push_s counted from START; headers: doorbell, socket or grpc)."""
     import torch
 
     from star.plan import ssgd
@@ -197,7 +197,8 @@ def ps_worker_main(worker: int, workers: int, addresses: list[str], numel: int, 
                 client.pull(params, timeout_s=RPC_TIMEOUT_S)
                 t2 = time.monotonic()
                 iteration += 1
-                headers = "doorbell" if all(bell is not None for bell in client.doorbells) else "grpc"
+                headers = "doorbell" if all(bell is not None for bell in client.doorbells) else \
+                    "socket" if all(channel is not None for channel in client.sockets) else "grpc"
                 print(f"{t1 - t0!r} {t2 - t1!r} {client.transport_used} {headers}", flush=True)
             elif command == "check":
                 versions = {v.version for v in client.views}

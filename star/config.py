@@ -26,7 +26,7 @@ from star.tta import EvalConfig
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 NONFINITE_POLICIES = ("reject", "skip")
-TRANSPORTS = ("auto", "shm", "grpc")  # how worker<->PS payloads move (star/shm.py, star/rpc/ps_client.py)
+TRANSPORTS = ("auto", "shm", "socket", "grpc")  # how worker<->PS payloads move (star/shm.py, star/rpc/socket_channel.py, star/rpc/ps_client.py)
 WIRES = tuple(WIRE_ELEMENT_BYTES)  # payload dtypes on the gRPC wire
 
 
@@ -265,7 +265,7 @@ class JobConfig(RunSettings):
     ps: int = 2  # number of parameter-server processes (shards)
     threads_per_process: int = 1  # torch intra-op threads in each worker / PS
     nonfinite: str = "reject"  # PS policy for NaN/Inf gradients: reject | skip
-    transport: str = "auto"  # worker<->PS payloads: auto (shared memory where co-located, else gRPC) | shm | grpc
+    transport: str = "auto"  # worker<->PS payloads: auto (shared memory where co-located, else the PS's socket channel, else gRPC) | shm | socket | grpc
     wire: str = "float32"  # gRPC payload dtype for gradients and parameters: float32 | bfloat16 (PS master stays fp32)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)

@@ -32,6 +32,7 @@ import os
 import re
 import secrets
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import psutil
@@ -205,8 +206,13 @@ class Mailbox(_Segment):
     # ---- the worker's side -----------------------------------------------------
     def put_push(self, gradient: torch.Tensor) -> int:
         """Write a gradient slice, then stamp it; returns the stamp to send as PushHeader.shm_seq."""
+        return self.write_push(lambda area: area.copy_(gradient))
+
+    def write_push(self, fill: Callable[[torch.Tensor], object]) -> int:
+        """Clear the push stamp, let `fill` write the push area, stamp it; returns the stamp. The worker
+        writes its own gradient so; the PS's socket channel writes a remote worker's bytes so, as they arrive."""
         self._header[_PUSH_SEQ] = 0  # "being written": a reader that started before sees its stamp change
-        self.push_area.copy_(gradient)
+        fill(self.push_area)
         self._seq += 1
         self._header[_PUSH_SEQ] = self._seq
         return self._seq
@@ -227,6 +233,15 @@ class Mailbox(_Segment):
     def push_intact(self, seq: int) -> bool:
         """Whether the push area still holds the gradient stamped `seq` (nobody began writing since)."""
         return int(self._header[_PUSH_SEQ]) == seq
+
+    def pull_view(self, seq: int) -> torch.Tensor:
+        """The parameters stamped `seq` in the pull area, in place (the socket channel sends them from here);
+        check `pull_intact(seq)` after using them."""
+        self._check_stamp(_PULL_SEQ, seq, "pull")
+        return self.pull_area
+
+    def pull_intact(self, seq: int) -> bool:
+        return int(self._header[_PULL_SEQ]) == seq
 
     def put_pull(self, chunks: list[tuple[int, bytes]], version: int) -> int:
         """Write the parameters (float32 wire chunks of one version), then stamp them; returns the stamp."""
@@ -283,23 +298,32 @@ class PullBoard(_Segment):
 
     def take(self, slot: int, out: torch.Tensor, seq: int) -> None:
         """Copy the parameters stamped `seq` in `slot` into `out` (worker side)."""
+        out.copy_(self.slot_view(slot, seq))
+        self._check_stamp(_BOARD_WORDS + 2 * slot, seq, "board")
+
+    def slot_view(self, slot: int, seq: int) -> torch.Tensor:
+        """The parameters stamped `seq` in `slot`, in place; check `slot_intact` after using them."""
         if not 0 <= slot < self.slots:
             raise ShmError(f"board slot {slot} is outside 0..{self.slots - 1}")
-        word = _BOARD_WORDS + 2 * slot
-        self._check_stamp(word, seq, "board")
-        out.copy_(self._area(slot))
-        self._check_stamp(word, seq, "board")
+        self._check_stamp(_BOARD_WORDS + 2 * slot, seq, "board")
+        return self._area(slot)
+
+    def slot_intact(self, slot: int, seq: int) -> bool:
+        return int(self._header[_BOARD_WORDS + 2 * slot]) == seq
 
 
 def transport_in_use(stats: list) -> tuple[str, str]:
     """(transport, wire) the pushes took, from every PS's Stats reply (pushes_received and the
-    shm_pushes / bf16_pushes counters): "shm" / "grpc" / "mixed" and "float32" / "bfloat16" / "mixed";
-    ("", "") before any push."""
+    shm_pushes / socket_pushes / bf16_pushes counters): "shm" / "socket" / "grpc" / "mixed" and
+    "float32" / "bfloat16" / "mixed" (of the pushes that crossed a wire); ("", "") before any push."""
     pushes = sum(s.pushes_received for s in stats)
     if not pushes:
         return "", ""
-    shm = sum(s.counters.get("shm_pushes", 0) for s in stats)
+    socket = sum(s.counters.get("socket_pushes", 0) for s in stats)
+    shm = sum(s.counters.get("shm_pushes", 0) for s in stats) - socket  # socket pushes land in mailboxes too
     bf16 = sum(s.counters.get("bf16_pushes", 0) for s in stats)
-    transport = "shm" if shm == pushes else "grpc" if shm == 0 else "mixed"
+    by_kind = {"shm": shm, "socket": socket, "grpc": pushes - shm - socket}
+    used = [kind for kind, count in by_kind.items() if count]
+    transport = used[0] if len(used) == 1 else "mixed"
     wire = "bfloat16" if bf16 and bf16 == pushes - shm else "float32" if bf16 == 0 else "mixed"
     return transport, wire

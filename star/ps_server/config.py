@@ -36,6 +36,7 @@ class PSConfig:
     metrics_port: int | None = None  # serve Prometheus /metrics on this port (0: a free one; None: not at all)
     shm: bool = True  # offer workers that ask a shared-memory mailbox (used when they share this host; star/shm.py)
     shm_doorbell: bool = True  # with shm: carry same-host push/pull headers on a Unix socket, not gRPC (star/rpc/doorbell.py)
+    socket_channel: bool = True  # with shm: move other hosts' workers' payloads as raw TCP bytes, not gRPC (star/rpc/socket_channel.py)
 
     def __post_init__(self) -> None:
         if not 0 <= self.ps_index < max(self.num_ps, 1):

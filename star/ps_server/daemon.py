@@ -16,6 +16,7 @@ from star.ps_server.doorbell import DoorbellServer
 from star.ps_server.handover import take_over
 from star.ps_server.metrics import start_ps_metrics
 from star.ps_server.server import ParameterServer
+from star.ps_server.socket_channel import SocketChannelServer
 from star.logs import log
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS, address, tune_malloc, write_ready_file
@@ -51,6 +52,7 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
         raise SystemExit(f"ps{config.ps_index}: could not bind {config.host}:{config.port}")
     await server.start()
     doorbell = await _start_doorbell(servicer, config, credentials)
+    channel = _start_socket_channel(servicer, config, credentials)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -66,6 +68,8 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
     await server.stop(grace=1.0)
     if doorbell is not None:
         await doorbell.close()
+    if channel is not None:
+        channel.close()
     servicer.mailboxes.close()
     await servicer.final_checkpoint()
 
@@ -82,3 +86,18 @@ async def _start_doorbell(servicer: ParameterServer, config: PSConfig, credentia
         return None
     servicer.mailboxes.doorbell = str(doorbell.path)
     return doorbell
+
+
+def _start_socket_channel(servicer: ParameterServer, config: PSConfig, credentials: Credentials) -> SocketChannelServer | None:
+    """The TCP port offered with every mailbox to workers on other hosts; None (their payloads go by gRPC) when
+    off or it cannot be bound."""
+    if not (config.shm and config.socket_channel):
+        return None
+    channel = SocketChannelServer(servicer, asyncio.get_running_loop(), config.host, credentials.token,
+                                  credentials.ssl_server_context())
+    try:
+        servicer.mailboxes.socket_port = channel.start()
+    except OSError as exc:
+        log(logger, logging.WARNING, "no socket channel: other hosts' payloads go by gRPC", host=config.host, error=str(exc))
+        return None
+    return channel

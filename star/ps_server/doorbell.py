@@ -72,23 +72,10 @@ class DoorbellServer:
             writer.close()
 
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        request = await _read(reader)
-        if request is None or request.WhichOneof("body") != "hello":
-            self.servicer.rejected["doorbell_no_hello"] = self.servicer.rejected.get("doorbell_no_hello", 0) + 1
-            writer.write(encode(error_reply(grpc.StatusCode.UNAUTHENTICATED, "a doorbell connection starts with a hello")))
-            await writer.drain()
-            return False
-        if self.token is not None:
-            given = request.hello.token
-            if not given or not hmac.compare_digest(given.encode(), self.token.encode()):
-                self.servicer.rejected["bad_token"] = self.servicer.rejected.get("bad_token", 0) + 1
-                details = "missing job token" if not given else "wrong job token"
-                writer.write(encode(error_reply(grpc.StatusCode.UNAUTHENTICATED, f"{details} (doorbell)")))
-                await writer.drain()
-                return False
-        writer.write(encode(pb.DoorbellReply(hello_ok=True)))
+        reply = hello_reply(self.servicer, await _read(reader), self.token, "doorbell")
+        writer.write(encode(reply))
         await writer.drain()
-        return True
+        return reply.hello_ok
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
@@ -115,25 +102,48 @@ class DoorbellServer:
             await writer.drain()
 
     async def _answer(self, request: pb.DoorbellRequest) -> pb.DoorbellReply:
-        kind = request.WhichOneof("body")
-        context = _DoorbellContext()
-        if kind == "push":
-            call = self.servicer.PushShm(request.push, context)
-        elif kind == "pull":
-            call = self.servicer.PullShm(request.pull, context)
-        else:
-            return error_reply(grpc.StatusCode.INVALID_ARGUMENT, f"doorbell request {kind!r}: only push and pull after the hello")
-        try:
-            result = await (asyncio.wait_for(call, request.timeout_s) if request.timeout_s > 0 else call)
-        except _Aborted as aborted:
-            return error_reply(aborted.code, aborted.details, aborted.moved_to)
-        except asyncio.TimeoutError:
-            return error_reply(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within timeout_s={request.timeout_s:g}")
-        except Exception as exc:  # what grpc.aio answers an unexpected servicer error with
-            log(logger, logging.ERROR, "doorbell call failed", kind=kind, error=repr(exc))
-            return error_reply(grpc.StatusCode.UNKNOWN, f"unexpected error in the parameter server: {exc!r}")
-        self.servicer.mailboxes.doorbell_calls += 1
-        return pb.DoorbellReply(push=result) if kind == "push" else pb.DoorbellReply(pull=result)
+        reply = await answer(self.servicer, request, "doorbell")
+        if reply.WhichOneof("body") != "error":
+            self.servicer.mailboxes.doorbell_calls += 1
+        return reply
+
+
+def hello_reply(servicer, request: pb.DoorbellRequest | None, token: str | None, where: str) -> pb.DoorbellReply:
+    """The answer to a connection's first frame: hello_ok, or UNAUTHENTICATED (no hello, a missing or wrong
+    job token, compared as the gRPC interceptor compares it; counted in the servicer's refusals)."""
+    if request is None or request.WhichOneof("body") != "hello":
+        servicer.rejected[f"{where}_no_hello"] = servicer.rejected.get(f"{where}_no_hello", 0) + 1
+        return error_reply(grpc.StatusCode.UNAUTHENTICATED, f"a {where} connection starts with a hello")
+    if token is not None:
+        given = request.hello.token
+        if not given or not hmac.compare_digest(given.encode(), token.encode()):
+            servicer.rejected["bad_token"] = servicer.rejected.get("bad_token", 0) + 1
+            details = "missing job token" if not given else "wrong job token"
+            return error_reply(grpc.StatusCode.UNAUTHENTICATED, f"{details} ({where})")
+    return pb.DoorbellReply(hello_ok=True)
+
+
+async def answer(servicer, request: pb.DoorbellRequest, where: str) -> pb.DoorbellReply:
+    """A push or pull header handed to the servicer's own PushShm / PullShm (on the PS's loop), its result or
+    refusal as a DoorbellReply; `timeout_s` > 0 is enforced here, as gRPC enforces a call's deadline."""
+    kind = request.WhichOneof("body")
+    context = _DoorbellContext()
+    if kind == "push":
+        call = servicer.PushShm(request.push, context)
+    elif kind == "pull":
+        call = servicer.PullShm(request.pull, context)
+    else:
+        return error_reply(grpc.StatusCode.INVALID_ARGUMENT, f"{where} request {kind!r}: only push and pull after the hello")
+    try:
+        result = await (asyncio.wait_for(call, request.timeout_s) if request.timeout_s > 0 else call)
+    except _Aborted as aborted:
+        return error_reply(aborted.code, aborted.details, aborted.moved_to)
+    except asyncio.TimeoutError:
+        return error_reply(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within timeout_s={request.timeout_s:g}")
+    except Exception as exc:  # what grpc.aio answers an unexpected servicer error with
+        log(logger, logging.ERROR, f"{where} call failed", kind=kind, error=repr(exc))
+        return error_reply(grpc.StatusCode.UNKNOWN, f"unexpected error in the parameter server: {exc!r}")
+    return pb.DoorbellReply(push=result) if kind == "push" else pb.DoorbellReply(pull=result)
 
 
 async def _read(reader: asyncio.StreamReader) -> pb.DoorbellRequest | None:

@@ -197,10 +197,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         numel = shard_ranges(request.total_numel, self.config.num_ps)[self.config.ps_index].numel \
             if request.total_numel >= self.config.num_ps else 0
         if request.want_shm and numel:
-            offer = self.mailboxes.offer(request.worker_id, numel)
-            reply.shm_name, reply.shm_nonce = offer.name, offer.nonce
-            reply.shm_board_name, reply.shm_board_nonce, reply.shm_board_slots, reply.shm_doorbell = \
-                offer.board_name, offer.board_nonce, offer.board_slots, offer.doorbell
+            self.mailboxes.offer(request.worker_id, numel).fill(reply)
         return reply
 
     async def Init(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.InitReply:
@@ -487,9 +484,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             push_bytes_received=self.push_bytes_received,
             pushes_received=self.pushes_received,
         )
-        boxes = self.mailboxes
-        reply.counters.update(shm_pushes=boxes.pushes, shm_pulls=boxes.pulls, shm_board_pulls=boxes.board_pulls,
-                              bf16_pushes=boxes.bf16_pushes, doorbell_calls=boxes.doorbell_calls)
+        reply.counters.update(self.mailboxes.counters())
         if self.shard is not None:
             reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end
         return reply

@@ -94,6 +94,12 @@ class Offer:
     board_nonce: bytes = b""
     board_slots: int = 0
     doorbell: str = ""  # the PS's doorbell socket ("": none; headers go by PushShm/PullShm)
+    socket_port: int = 0  # the PS's socket channel for workers on other hosts (0: none; payloads go by gRPC)
+
+    def fill(self, reply: pb.RegisterReply) -> None:
+        reply.shm_name, reply.shm_nonce = self.name, self.nonce
+        reply.shm_board_name, reply.shm_board_nonce, reply.shm_board_slots = self.board_name, self.board_nonce, self.board_slots
+        reply.shm_doorbell, reply.socket_port = self.doorbell, self.socket_port
 
 
 class Mailboxes:
@@ -110,6 +116,9 @@ class Mailboxes:
         self.bf16_pushes = 0  # pushes whose chunks were bfloat16
         self.doorbell = ""  # the doorbell socket's path, once the daemon serves one (offered with every mailbox)
         self.doorbell_calls = 0  # pushes and pulls whose header came by the doorbell
+        self.socket_port = 0  # the socket channel's port, once the daemon serves one (offered with every mailbox)
+        self.socket_pushes = 0  # accepted pushes whose bytes came by the socket channel (counted in `pushes` too)
+        self.socket_pulls = 0  # pulls served by the socket channel (counted in `pulls` too)
         if enabled:
             removed = sweep()
             if removed:
@@ -133,7 +142,8 @@ class Mailboxes:
             log(logger, logging.WARNING, "no shared-memory mailbox: this worker's payloads go over gRPC", worker=worker, error=str(exc))
             return Offer()
         assert self.board is not None
-        return Offer(box.path.name, box.nonce, self.board.path.name, self.board.nonce, self.board.slots, self.doorbell)
+        return Offer(box.path.name, box.nonce, self.board.path.name, self.board.nonce, self.board.slots, self.doorbell,
+                     self.socket_port)
 
     def _new_board(self, numel: int) -> None:
         if self.board is not None:
@@ -196,6 +206,12 @@ class Mailboxes:
             self.board_pulls += 1
             return placement.seq, placement.slot + 1, []
         return box.put_pull(snapshot.chunks(), snapshot.version), 0, []
+
+    def counters(self) -> dict[str, int]:
+        """How pushes and pulls travelled, for Stats (transport_in_use in star/shm.py reads them)."""
+        return dict(shm_pushes=self.pushes, shm_pulls=self.pulls, shm_board_pulls=self.board_pulls,
+                    bf16_pushes=self.bf16_pushes, doorbell_calls=self.doorbell_calls, socket_pushes=self.socket_pushes,
+                    socket_pulls=self.socket_pulls)
 
     def close(self) -> None:
         for box in self.boxes.values():

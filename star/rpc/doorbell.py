@@ -20,6 +20,7 @@ the RPC's errors.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
 from typing import Callable, TypeVar
@@ -84,6 +85,37 @@ def frame_length(prefix: bytes) -> int:
     return length
 
 
+def recv_exactly(sock: socket.socket, view: memoryview, where: str) -> None:
+    """Fill `view` from `sock` (DoorbellBroken when the peer closes first). A plain blocking socket waits in
+    the kernel for every byte (MSG_WAITALL): one call with the GIL released, not one per arriving segment,
+    which matters to a PS whose threads receive several workers' payloads at once."""
+    got, size = 0, len(view)
+    flags = socket.MSG_WAITALL if sock.gettimeout() is None and not isinstance(sock, ssl.SSLSocket) else 0
+    while got < size:
+        n = sock.recv_into(view[got:], 0, flags)
+        if n == 0:
+            raise DoorbellBroken(f"{where} closed the connection")
+        got += n
+
+
+def receive_reply(sock: socket.socket, where: str) -> pb.DoorbellReply:
+    """The next length-prefixed DoorbellReply on `sock`."""
+    prefix = bytearray(FRAME.size)
+    recv_exactly(sock, memoryview(prefix), where)
+    body = bytearray(frame_length(bytes(prefix)))
+    recv_exactly(sock, memoryview(body), where)
+    return pb.DoorbellReply.FromString(bytes(body))
+
+
+def say_hello(sock: socket.socket, token: str | None, where: str) -> None:
+    """The first exchange on a connection: the job token, answered hello_ok (else an error is raised)."""
+    sock.sendall(encode(pb.DoorbellRequest(hello=pb.DoorbellHello(token=token or ""))))
+    reply = receive_reply(sock, where)
+    raise_for(reply)
+    if not reply.hello_ok:
+        raise DoorbellBroken(f"{where} did not accept the hello")
+
+
 class Doorbell:
     """One connection to one PS's doorbell; one call at a time (a lock holds it from send to reply)."""
 
@@ -94,11 +126,7 @@ class Doorbell:
         try:
             self._sock.settimeout(HELLO_TIMEOUT_S)
             self._sock.connect(path)
-            self._sock.sendall(encode(pb.DoorbellRequest(hello=pb.DoorbellHello(token=token or ""))))
-            reply = self._receive()
-            raise_for(reply)
-            if not reply.hello_ok:
-                raise DoorbellBroken(f"doorbell {path} did not accept the hello")
+            say_hello(self._sock, token, f"doorbell {path}")
         except BaseException:
             self._sock.close()
             raise
@@ -121,18 +149,7 @@ class Doorbell:
         return Ringing(request, fallback, self)
 
     def _receive(self) -> pb.DoorbellReply:
-        length = frame_length(self._exactly(FRAME.size))
-        return pb.DoorbellReply.FromString(self._exactly(length))
-
-    def _exactly(self, size: int) -> bytes:
-        buffer = bytearray(size)
-        view, got = memoryview(buffer), 0
-        while got < size:
-            n = self._sock.recv_into(view[got:])
-            if n == 0:
-                raise DoorbellBroken(f"doorbell {self.path} closed the connection")
-            got += n
-        return bytes(buffer)
+        return receive_reply(self._sock, f"doorbell {self.path}")
 
     @property
     def closed(self) -> bool:

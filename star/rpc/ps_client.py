@@ -4,9 +4,11 @@ One channel per PS and one thread per PS for the blocking calls, so a round trip
 P servers costs about as long as the slowest of them, not their sum. Payloads go
 straight between the flat buffer and wire chunks (float32, or bfloat16 with wire="bfloat16"),
 or, with a PS on this host, through the shared-memory mailbox it offered (star/shm.py; the
-gRPC call then carries only the header, or the PS's doorbell socket does: star/rpc/doorbell.py).
-transport="auto" takes a mailbox where one is offered and works (the nonce proves the same memory),
-"shm" requires one, "grpc" never asks.
+gRPC call then carries only the header, or the PS's doorbell socket does: star/rpc/doorbell.py), or,
+with a PS on another host, as raw bytes on the PS's socket channel (star/rpc/socket_channel.py).
+transport="auto" takes a mailbox where one is offered and works (the nonce proves the same memory), else
+the socket channel where one is offered; "shm" requires a mailbox, "socket" the socket channel, "grpc"
+never asks for either.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS, MOVED_TO_KEY, plan_to_proto, tune_malloc
-from star.rpc.doorbell import Doorbell
+from star.rpc.doorbell import Doorbell, DoorbellBroken
 from star.rpc.security import Credentials
+from star.rpc.socket_channel import SocketChannel
 from star.shm import Mailbox, PullBoard, ShmError
 
 T = TypeVar("T")
@@ -71,6 +74,7 @@ class PSClient:
         self.mailboxes: list[Mailbox | None] = [None] * len(addresses)
         self.boards: list[PullBoard | None] = [None] * len(addresses)  # each PS's pull board (with its mailbox)
         self.doorbells: list[Doorbell | None] = [None] * len(addresses)  # each PS's header socket (with its mailbox)
+        self.sockets: list[SocketChannel | None] = [None] * len(addresses)  # each PS's socket channel (no mailbox here)
         self.use_doorbell = doorbell
         self._written: list[tuple[tuple, Mailbox, int] | None] = [None] * len(addresses)  # last push put in each mailbox
         self.addresses = list(addresses)
@@ -106,38 +110,75 @@ class PSClient:
         self._drop_mailboxes(index)  # the mailbox was the old PS's: gRPC until the next Register
 
     def _drop_mailboxes(self, only: int | None = None) -> None:
-        for i, (box, board, bell) in enumerate(zip(self.mailboxes, self.boards, self.doorbells)):
+        for i, (box, board, bell, channel) in enumerate(zip(self.mailboxes, self.boards, self.doorbells, self.sockets)):
             if only in (None, i):
-                for segment in (box, board, bell):
+                for segment in (box, board, bell, channel):
                     if segment is not None:
                         segment.close()
-                self.mailboxes[i] = self.boards[i] = self.doorbells[i] = self._written[i] = None
+                self.mailboxes[i] = self.boards[i] = self.doorbells[i] = self.sockets[i] = self._written[i] = None
 
     @property
     def transport_used(self) -> str:
-        """How payloads move now: "shm" (every shard's mailbox), "grpc" (none) or "mixed"."""
-        used = {box is not None for box in self.mailboxes}
-        return "mixed" if len(used) > 1 else ("shm" if used.pop() else "grpc")
+        """How payloads move now: "shm" (every shard's mailbox), "socket" (every shard's socket channel),
+        "grpc" (neither) or "mixed"."""
+        used = {"shm" if box is not None else "socket" if channel is not None else "grpc"
+                for box, channel in zip(self.mailboxes, self.sockets)}
+        return used.pop() if len(used) == 1 else "mixed"
 
     def _attach(self, index: int, reply: pb.RegisterReply) -> None:
         """Map the mailbox and pull board shard `index` offered (transport auto/shm), or say why there are none
-        (both or neither: the PS serves pulls from its board to any worker with a mailbox)."""
+        (both or neither: the PS serves pulls from its board to any worker with a mailbox); without them,
+        connect to the PS's socket channel (transport auto/socket)."""
         numel = self.views[index].range.numel
         try:
             if not reply.shm_name or not reply.shm_board_name:
                 raise ShmError("it offered no shared-memory mailbox (shm disabled there, or /dev/shm full)")
+            if self.transport == "socket":
+                raise ShmError("transport=socket maps no shared memory")
             self.mailboxes[index] = Mailbox.attach(reply.shm_name, numel, reply.shm_nonce)
             self.boards[index] = PullBoard.attach(reply.shm_board_name, numel, reply.shm_board_slots, reply.shm_board_nonce)
         except ShmError as exc:
             self._drop_mailboxes(index)
             if self.transport == "shm":
                 raise RuntimeError(f"transport=shm: PS {index} at {self.addresses[index]}: {exc}") from None
+            self._connect_socket(index, reply)
             return
         if reply.shm_doorbell and self.use_doorbell:
             try:
                 self.doorbells[index] = Doorbell(reply.shm_doorbell, self._credentials.token)
             except (OSError, grpc.RpcError):  # the PS's headers then go by PushShm / PullShm
                 self.doorbells[index] = None
+
+    def _connect_socket(self, index: int, reply: pb.RegisterReply) -> None:
+        """Open shard `index`'s socket channel (a mailbox at the PS, no shared memory here); without one,
+        payloads go by gRPC, unless transport=socket, which requires it."""
+        host = self.addresses[index].rpartition(":")[0].strip("[]")
+        why = "it offered none (socket channel or shared memory off there)"
+        if reply.socket_port and reply.shm_name:
+            try:
+                self.sockets[index] = SocketChannel(host, reply.socket_port, self._credentials)
+                return
+            except (OSError, grpc.RpcError) as exc:
+                why = f"cannot connect to port {reply.socket_port}: {exc}"
+        if self.transport == "socket":
+            raise RuntimeError(f"transport=socket: PS {index} at {self.addresses[index]}: {why}")
+
+    def _over_socket(self, index: int, call: Callable[[SocketChannel], T]) -> T | None:
+        """`call` on shard `index`'s socket channel; None (the caller goes over gRPC) when there is none, when
+        the connection broke (it is dropped) or when the PS lost this worker's mailbox."""
+        channel = self.sockets[index]
+        if channel is None or channel.closed:
+            return None
+        try:
+            return call(channel)
+        except DoorbellBroken:
+            self._drop_mailboxes(index)
+            return None
+        except grpc.RpcError as exc:
+            if not _lost_mailbox(exc):
+                raise
+            self._drop_mailboxes(index)
+            return None
 
     def _following_moves(self, index: int, call: Callable[[int, pb_grpc.ParameterServerStub], T]) -> T:
         """`call` against shard `index`, following it (and re-issuing the call) when it moved."""
@@ -207,6 +248,14 @@ class PSClient:
         if not observer:
             self._written = [None] * len(self._written)  # a new round: the next push is a new gradient
         def pull_one(i: int, stub: pb_grpc.ParameterServerStub) -> None:
+            if not observer:
+                view = self.views[i]
+                request = pb.PullRequest(worker_id=self.worker_id, shm=True, dtype=self.wire)
+                header = self._over_socket(i, lambda channel: channel.pull(request, out[view.range.start : view.range.end],
+                                                                          timeout_s))
+                if header is not None:
+                    self._take_pull_header(i, header, out)
+                    return
             box = self.mailboxes[i]
             request = pb.PullRequest(worker_id=self.worker_id, observer=observer, shm=box is not None and not observer,
                                      dtype=self.wire, min_version=min_version if observer else 0)
@@ -318,6 +367,11 @@ class PSClient:
 
         def push_one(i: int, stub: pb_grpc.ParameterServerStub) -> pb.PushReply:
             header = header_for(i)
+            view = self.views[i]
+            reply = self._over_socket(i, lambda channel: channel.push(header, grads[view.range.start : view.range.end],
+                                                                      timeout_s))
+            if reply is not None:
+                return reply
 
             def messages():
                 yield pb.PushRequest(header=header)

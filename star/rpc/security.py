@@ -13,6 +13,8 @@ import collections
 import hmac
 import logging
 import os
+import ssl
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -65,6 +67,17 @@ def load_token(config: SecurityConfig, environ: Mapping[str, str] | None = None)
 
 def _read(path: str | None) -> bytes | None:
     return None if path is None else Path(path).read_bytes()
+
+
+def _load_chain(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes | None) -> None:
+    """ssl loads a certificate chain from files only: write it to a private directory, load it, remove it."""
+    with tempfile.TemporaryDirectory(prefix="star-tls-") as private:  # 0700
+        cert, key = Path(private) / "cert.pem", Path(private) / "key.pem"
+        cert.write_bytes(cert_pem)
+        if key_pem is not None:
+            key.touch(mode=0o600)
+            key.write_bytes(key_pem)
+        context.load_cert_chain(cert, key if key_pem is not None else None)
 
 
 @dataclass(frozen=True)
@@ -122,6 +135,27 @@ class Credentials:
             require_client_auth=self.require_client_cert,
         )
         return server.add_secure_port(address, tls)
+
+    # ---- raw sockets (the PS's socket channel: star/rpc/socket_channel.py) -----------
+    def ssl_server_context(self) -> ssl.SSLContext | None:
+        """TLS for a socket this process serves, with the certificate its gRPC ports use (None: no TLS)."""
+        if self.cert_pem is None:
+            return None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        _load_chain(context, self.cert_pem, self.key_pem)
+        if self.require_client_cert:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cadata=(self.ca_pem or b"").decode())
+        return context
+
+    def ssl_client_context(self) -> ssl.SSLContext | None:
+        """TLS for a socket this process opens, checking the server as its gRPC channels do (None: no TLS)."""
+        if not self.client_tls:
+            return None
+        context = ssl.create_default_context(cadata=self.ca_pem.decode() if self.ca_pem else None)
+        if self.cert_pem is not None:
+            _load_chain(context, self.cert_pem, self.key_pem)
+        return context
 
     def server_interceptors(self, aio: bool) -> list:
         """The token check for a grpc.aio server (`aio=True`) or a sync grpc.server; none without a token."""

@@ -43,7 +43,7 @@ class RegisterRequest(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., total_numel: _Optional[int] = ..., relay_address: _Optional[str] = ..., want_shm: _Optional[bool] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("initialized", "range_start", "range_end", "total_numel", "ps_index", "num_ps", "shm_name", "shm_nonce", "shm_board_name", "shm_board_nonce", "shm_board_slots", "shm_doorbell")
+    __slots__ = ("initialized", "range_start", "range_end", "total_numel", "ps_index", "num_ps", "shm_name", "shm_nonce", "shm_board_name", "shm_board_nonce", "shm_board_slots", "shm_doorbell", "socket_port")
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RANGE_START_FIELD_NUMBER: _ClassVar[int]
     RANGE_END_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,7 @@ class RegisterReply(_message.Message):
     SHM_BOARD_NONCE_FIELD_NUMBER: _ClassVar[int]
     SHM_BOARD_SLOTS_FIELD_NUMBER: _ClassVar[int]
     SHM_DOORBELL_FIELD_NUMBER: _ClassVar[int]
+    SOCKET_PORT_FIELD_NUMBER: _ClassVar[int]
     initialized: bool
     range_start: int
     range_end: int
@@ -68,7 +69,8 @@ class RegisterReply(_message.Message):
     shm_board_nonce: bytes
     shm_board_slots: int
     shm_doorbell: str
-    def __init__(self, initialized: _Optional[bool] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., total_numel: _Optional[int] = ..., ps_index: _Optional[int] = ..., num_ps: _Optional[int] = ..., shm_name: _Optional[str] = ..., shm_nonce: _Optional[bytes] = ..., shm_board_name: _Optional[str] = ..., shm_board_nonce: _Optional[bytes] = ..., shm_board_slots: _Optional[int] = ..., shm_doorbell: _Optional[str] = ...) -> None: ...
+    socket_port: int
+    def __init__(self, initialized: _Optional[bool] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., total_numel: _Optional[int] = ..., ps_index: _Optional[int] = ..., num_ps: _Optional[int] = ..., shm_name: _Optional[str] = ..., shm_nonce: _Optional[bytes] = ..., shm_board_name: _Optional[str] = ..., shm_board_nonce: _Optional[bytes] = ..., shm_board_slots: _Optional[int] = ..., shm_doorbell: _Optional[str] = ..., socket_port: _Optional[int] = ...) -> None: ...
 
 class InitHeader(_message.Message):
     __slots__ = ("total_numel", "dtype")

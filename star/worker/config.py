@@ -30,7 +30,7 @@ class WorkerConfig:
     relay_host: str | None = None  # tree aggregation: serve a relay for tree children on this host (None: never a parent)
     tree_wait_s: float = 2.0  # a tree parent waits this long past its own gradient for missing children's
     max_workers: int = 4096  # worker ids a relay accepts from children
-    transport: str = "auto"  # payloads to the PSs: auto (shared memory with a co-located PS, else gRPC) | shm | grpc
+    transport: str = "auto"  # payloads to the PSs: auto (shared memory with a co-located PS, else its socket channel, else gRPC) | shm | socket | grpc
     wire: str = "float32"  # gRPC payload dtype: float32 | bfloat16
 
     def __post_init__(self) -> None:

@@ -19,17 +19,20 @@ REASON = unavailable()
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"multi-host test needs network namespaces: {REASON}")
-def test_a_torchrun_job_across_namespaces_places_no_shard_on_the_capped_host_and_reaches_its_target(tmp_path):
+@pytest.mark.parametrize("transport", ["auto", "socket"])  # socket: payloads cross the veth links on the PSs' socket channels
+def test_a_torchrun_job_across_namespaces_places_no_shard_on_the_capped_host_and_reaches_its_target(tmp_path, transport):
     out = tmp_path / "job"
     # The "hosts" share this machine's CPU: place by NIC alone (CPU load would differ by noise only).
     config = from_dict(JobConfig, {"task": "digits", "workers": 3, "ps": 2, "out": str(out), "max_time_s": 120,
-                                   "target": 0.9, "placement": {"cpu_aware": False}})
+                                   "target": 0.9, "placement": {"cpu_aware": False}, "transport": transport})
     with NetNamespaces(nodes=3) as net:
         capped = net.address(1)
         net.cap(1, rate_mbit=20, delay_ms=5)
         result = run_job(net, config, tmp_path)
         assert result["reached"], result
         assert result["launcher"] == "torchrun" and result["nodes"] == 3
+        if transport == "socket":
+            assert result["transport"] == "socket"
         placement = result["placement"]
         assert capped not in placement["shards"].values() and 1 not in placement["ranks"]
         assert placement["hosts"][capped]["link_bytes_per_s"] == pytest.approx(2.5e6)  # 20 Mbit/s, read from tc

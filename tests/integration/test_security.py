@@ -25,6 +25,7 @@ from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS, CONTROL_CHANNEL_OPTIONS, address
 from star.rpc.ps_client import PSClient
 from star.rpc.security import TOKEN_ENV, Credentials
+from star.rpc.socket_channel import SocketChannel
 
 pytestmark = pytest.mark.integration
 
@@ -205,6 +206,31 @@ def test_mutual_tls_refuses_clients_without_a_certificate_from_the_ca(cluster, c
     with pytest.raises(grpc.RpcError) as error:
         _stats(ps, without_cert)
     assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_the_socket_channel_speaks_tls_with_the_same_certificates_and_refuses_plaintext(cluster, certs, monkeypatch):
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    ps = cluster.start_ps(1, *_tls_flags(certs, mutual=True))
+    with_cert = Credentials.load(SecurityConfig(
+        tls_ca_file=str(certs / "ca.pem"), tls_cert_file=str(certs / "client.pem"), tls_key_file=str(certs / "client.key")))
+    numel = 1000
+    with PSClient(ps, worker_id=0, credentials=with_cert, transport="socket") as client:
+        client.wait_ready(30)
+        client.init_if_needed(torch.ones(numel), client.register(numel))
+        client.configure(asgd([0], epoch=1))
+        params = torch.empty(numel)
+        client.pull(params, timeout_s=10)
+        assert client.push(torch.ones(numel), iteration=0, timeout_s=10)[0].status == "applied"
+        client.pull(params, timeout_s=10)
+        assert torch.allclose(params, torch.full((numel,), 0.9)) and client.transport_used == "socket"
+        assert client.stats()[0].counters["socket_pushes"] == 1
+        host, port = "127.0.0.1", client.sockets[0]._sock.getpeername()[1]
+    for name, stranger in {"plaintext": Credentials(token=TOKEN),
+                           "no_client_cert": Credentials.load(SecurityConfig(tls_ca_file=str(certs / "ca.pem")))}.items():
+        stranger = dataclasses.replace(stranger, token=TOKEN)
+        with pytest.raises((OSError, grpc.RpcError)):
+            SocketChannel(host, port, stranger).close()
+            pytest.fail(f"{name}: connected")
 
 
 # ---------------------------------------------------------------- a launched job

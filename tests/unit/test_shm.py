@@ -43,6 +43,20 @@ def test_mailbox_moves_push_and_pull_payloads_bit_for_bit(mailbox):
     assert torch.equal(out, params)
 
 
+def test_a_push_written_by_the_ps_for_a_remote_worker_is_stamped_and_checked_like_the_workers_own(mailbox):
+    ps_side, _ = mailbox
+    gradient = torch.randn(NUMEL, generator=torch.Generator().manual_seed(4))
+    seq = ps_side.write_push(lambda area: area.copy_(gradient))  # what the socket channel does with received bytes
+    assert torch.equal(ps_side.push_view(seq), gradient) and ps_side.push_intact(seq)
+    seen = []
+    ps_side.write_push(lambda area: seen.append(ps_side.push_intact(seq)))  # while it is written, the old stamp is gone
+    assert seen == [False] and not ps_side.push_intact(seq)
+    pulled = ps_side.put_pull(tensor_chunks(gradient), version=3)
+    assert torch.equal(ps_side.pull_view(pulled), gradient) and ps_side.pull_intact(pulled)
+    with pytest.raises(ShmError, match="does not match"):
+        ps_side.pull_view(pulled + 1)
+
+
 def test_pull_board_moves_each_slots_parameters_bit_for_bit(tmp_path):
     board, nonce = PullBoard.create(board_name("unit", 0), NUMEL, 2, directory=tmp_path)
     reader = PullBoard.attach(board.path.name, NUMEL, 2, nonce, directory=tmp_path)
@@ -176,8 +190,8 @@ def test_bf16_wire_halves_the_bytes_and_rounds_within_half_a_bf16_ulp():
     assert torch.equal(assembler.finish(), exact)
 
 
-def _stats(pushes: int, shm: int = 0, bf16: int = 0) -> SimpleNamespace:
-    return SimpleNamespace(pushes_received=pushes, counters={"shm_pushes": shm, "bf16_pushes": bf16})
+def _stats(pushes: int, shm: int = 0, bf16: int = 0, socket: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(pushes_received=pushes, counters={"shm_pushes": shm, "bf16_pushes": bf16, "socket_pushes": socket})
 
 
 def test_transport_in_use_says_how_the_pushes_reached_the_parameter_servers():
@@ -186,3 +200,8 @@ def test_transport_in_use_says_how_the_pushes_reached_the_parameter_servers():
     assert transport_in_use([_stats(4), _stats(4, bf16=4)]) == ("grpc", "mixed")
     assert transport_in_use([_stats(4, bf16=4)]) == ("grpc", "bfloat16")
     assert transport_in_use([_stats(4, shm=1, bf16=3)]) == ("mixed", "bfloat16")
+    # socket-channel pushes land in mailboxes too (counted in shm_pushes), but crossed a wire
+    assert transport_in_use([_stats(4, shm=4, socket=4), _stats(4, shm=4, socket=4)]) == ("socket", "float32")
+    assert transport_in_use([_stats(4, shm=4, socket=4, bf16=4)]) == ("socket", "bfloat16")
+    assert transport_in_use([_stats(4, shm=4, socket=2, bf16=2)]) == ("mixed", "bfloat16")
+    assert transport_in_use([_stats(4, shm=2, socket=2)]) == ("mixed", "float32")
