@@ -10,6 +10,13 @@ Rules (DESIGN §5):
 - relative (STAR): slow when (t_i − t_min) / t_min > threshold.
 Hysteresis: a worker enters the slow set after `enter_n` consecutive slow decisions
 and leaves it after `exit_n` consecutive normal ones, so one noisy window never flaps.
+A worker whose iteration ends well before the median worker's (`finishes_early`) does not
+enter: it holds nobody back. Under batch sizing a worker's per-sample time rises as its
+batch shrinks (a fixed part per iteration; on a shared host, a short iteration runs while
+every other worker also computes), so a straggler that recovered while still sized down
+reads slow per sample although it is the first to finish; judged per sample alone, it was
+detected again (a false detection, seen on gpt-10M). With equal batches (no batch sizing)
+an early finisher is never slow per sample, so nothing changes there.
 """
 
 from __future__ import annotations
@@ -61,12 +68,22 @@ def slow_now(times: Mapping[int, float], config: DetectorConfig) -> frozenset[in
     return frozenset(w for w, t in times.items() if t > threshold)
 
 
+def finishes_early(iteration_s: Mapping[int, float], margin: float) -> frozenset[int]:
+    """The workers whose iteration (compute seconds at their own batch size) ends more than `margin`
+    before the median worker's: in a synchronous round they wait for others, whatever their per-sample time."""
+    if len(iteration_s) < 2:
+        return frozenset()
+    median = statistics.median(iteration_s.values())
+    return frozenset(w for w, t in iteration_s.items() if t < (1 - margin) * median)
+
+
 @dataclass(frozen=True)
 class Detection:
     stragglers: frozenset[int]  # the slow set after hysteresis
     entered: frozenset[int]  # became stragglers at this decision
     exited: frozenset[int]  # recovered at this decision
     outliers: frozenset[int]  # slow in this window alone
+    excused: frozenset[int] = frozenset()  # outliers kept out of the slow set: they finish their iteration early
 
 
 @dataclass
@@ -78,11 +95,14 @@ class StragglerDetector:
     _slow_streak: dict[int, int] = field(default_factory=dict)
     _normal_streak: dict[int, int] = field(default_factory=dict)
 
-    def decide(self, times: Mapping[int, float]) -> Detection:
+    def decide(self, times: Mapping[int, float], early: frozenset[int] = frozenset()) -> Detection:
+        """`times`: per-sample seconds; `early`: workers that finish their iteration early (finishes_early),
+        which count as normal unless they already are stragglers."""
         outliers = slow_now(times, self.config)
+        excused = frozenset(w for w in outliers & early if w not in self.stragglers)
         entered, exited = set(), set()
         for worker in times:
-            if worker in outliers:
+            if worker in outliers and worker not in excused:
                 self._slow_streak[worker] = self._slow_streak.get(worker, 0) + 1
                 self._normal_streak[worker] = 0
                 if worker not in self.stragglers and self._slow_streak[worker] >= self.config.enter_n:
@@ -94,7 +114,7 @@ class StragglerDetector:
                 if worker in self.stragglers and self._normal_streak[worker] >= self.config.exit_n:
                     self.stragglers.discard(worker)
                     exited.add(worker)
-        return Detection(frozenset(self.stragglers), frozenset(entered), frozenset(exited), outliers)
+        return Detection(frozenset(self.stragglers), frozenset(entered), frozenset(exited), outliers, excused)
 
     def forget(self, worker: int) -> None:
         """A lost worker leaves every set."""

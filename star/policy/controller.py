@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
 from star.errors import ConfigError
-from star.detect import DetectorConfig, StragglerDetector
+from star.detect import DetectorConfig, StragglerDetector, finishes_early
 from star.plan import SyncPlan, exclude, ssgd, with_epoch, with_pace, with_tree
 from star.policy.amp import AmpConfig, AmpDecision, AmpPolicy, AmpState
 from star.policy.batch import BatchConfig, BatchPlanError, predicted_gain, solve_batch_sizes
@@ -135,6 +135,7 @@ class Controller:
         self.num_workers = num_workers
         self.base_batch = base_batch
         self.detector = StragglerDetector(config.detector)
+        self._excused: set[int] = set()  # outliers last kept out of the slow set for finishing early (logged once per spell)
         self.amp = AmpPolicy(config.amp_policy)
         if config.selector_kind == "learned":
             self.selector: HeuristicSelector | LearnedSelector = LearnedSelector(
@@ -190,8 +191,14 @@ class Controller:
 
         speedups = self.amp.speedups()
         normalised = {w: s.per_sample_s * speedups.get(w, 1.0) for w, s in active.items()}
-        detection = self.detector.decide(normalised)
+        early = finishes_early({w: s.per_sample_s * s.batch_size for w, s in active.items()}, c.detector.margin)
+        detection = self.detector.decide(normalised, early)
         median = statistics.median(normalised.values())  # the median the MAD rule judged against (star.detect.slow_now)
+        for w in sorted(detection.excused - self._excused):
+            events.append({"kind": "straggler_excused", "worker": w, "per_sample_ms": round(normalised[w] * 1e3, 4),
+                           "median_ms": round(median * 1e3, 4), "batch_size": active[w].batch_size,
+                           "reason": "slow per sample, but its iteration ends early at its batch size: it holds nobody back"})
+        self._excused = set(detection.excused)
         for w in sorted(detection.entered):
             events.append({"kind": "straggler_detected", "worker": w, "per_sample_ms": round(normalised[w] * 1e3, 4),
                            "median_ms": round(median * 1e3, 4), "rule": c.detector.rule})

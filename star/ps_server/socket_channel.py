@@ -222,7 +222,14 @@ class SocketChannelServer:
                 return future.result(timeout=WAIT_POLL_S)
             except concurrent.futures.TimeoutError:
                 pass
-            hung_up = watch is not None and select.select([watch], [], [], 0)[0]
+            hung_up = watch is not None and _readable(watch)
             if hung_up or self._closed.is_set():
                 future.cancel()
                 raise _HungUp("the connection closed while its pull waited" if hung_up else "the PS is shutting down")
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether `sock` has data or a hang-up waiting (poll, not select: a PS may hold over 1,024 descriptors)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(0))

@@ -15,6 +15,7 @@ from star.rpc import star_pb2 as pb
 from star.rpc.doorbell import Doorbell, DoorbellRpcError, encode
 from star.rpc.ps_client import PSClient
 from star.rpc.security import TOKEN_ENV, Credentials
+from tests.integration.refusal_checks import observed_state, push_header
 
 pytestmark = pytest.mark.integration
 
@@ -81,12 +82,6 @@ def test_every_refusal_is_refused_alike_by_the_doorbell(cluster, monkeypatch):
     box = worker.mailboxes[0]
     path = _doorbell_path(worker)
 
-    def state():
-        stats = worker.stats()[0]
-        out = torch.empty(NUMEL)
-        worker.pull(out, timeout_s=10, observer=True)
-        return (stats.version, stats.accepted, stats.applied, stats.dropped, stats.pending), out
-
     def ring(request: pb.DoorbellRequest, token: str = TOKEN):
         bell = Doorbell(path, token)
         try:
@@ -94,12 +89,7 @@ def test_every_refusal_is_refused_alike_by_the_doorbell(cluster, monkeypatch):
         finally:
             bell.close()
 
-    def header(**overrides):
-        fields = dict(worker_id=0, plan_epoch=1, base_version=0, iteration=0, dtype="float32", numel=NUMEL)
-        fields.update(overrides)
-        return pb.PushHeader(**fields)
-
-    before = state()
+    before = observed_state(worker, NUMEL)
     cases = {  # name: (gradient put in the mailbox, header fields, status, text in the message)
         "wrong_length": (torch.ones(NUMEL), dict(numel=NUMEL - 1), grpc.StatusCode.INVALID_ARGUMENT, "shard's length"),
         "stale_epoch": (torch.ones(NUMEL), dict(plan_epoch=0), grpc.StatusCode.FAILED_PRECONDITION, "older than the plan"),
@@ -111,7 +101,7 @@ def test_every_refusal_is_refused_alike_by_the_doorbell(cluster, monkeypatch):
     for name, (gradient, overrides, code, text) in cases.items():
         seq = box.put_push(gradient)
         with pytest.raises(DoorbellRpcError) as error:
-            ring(pb.DoorbellRequest(push=header(**{"shm_seq": seq, **overrides}), timeout_s=10))
+            ring(pb.DoorbellRequest(push=push_header(NUMEL, **{"shm_seq": seq, **overrides}), timeout_s=10))
         assert error.value.code() == code and text in error.value.details(), name
     for request, code, text in [
         (pb.PullRequest(worker_id=5, shm=True), grpc.StatusCode.NOT_FOUND, "unknown worker 5"),
@@ -126,9 +116,9 @@ def test_every_refusal_is_refused_alike_by_the_doorbell(cluster, monkeypatch):
         assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED and text in error.value.details()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:  # a push before any hello
         raw.connect(path)
-        raw.sendall(encode(pb.DoorbellRequest(push=header(shm_seq=box.put_push(torch.ones(NUMEL))))))
+        raw.sendall(encode(pb.DoorbellRequest(push=push_header(NUMEL, shm_seq=box.put_push(torch.ones(NUMEL))))))
         assert raw.recv(4096) and raw.recv(4096) == b""  # an UNAUTHENTICATED reply, then the PS hangs up
-    after = state()
+    after = observed_state(worker, NUMEL)
     assert after[0] == before[0] and torch.equal(after[1], before[1])  # no refusal changed anything
     assert worker.push(torch.ones(NUMEL), iteration=0, timeout_s=10)[0].status == "pending"  # still usable
     for client in (worker, other):

@@ -24,6 +24,7 @@ from star.rpc.common import CHANNEL_OPTIONS
 from star.rpc.ps_client import PSClient
 from star.rpc.security import TOKEN_ENV, Credentials
 from star.shm import SHM_DIR, Mailbox, job_tag
+from tests.integration.refusal_checks import observed_state, push_header
 
 pytestmark = pytest.mark.integration
 
@@ -96,18 +97,7 @@ def test_every_refusal_is_still_refused_on_the_shm_path(cluster, monkeypatch):
     worker.pull(params, timeout_s=10)
     box: Mailbox = worker.mailboxes[0]  # type: ignore[assignment]
 
-    def state():
-        stats = worker.stats()[0]
-        out = torch.empty(NUMEL)
-        worker.pull(out, timeout_s=10, observer=True)  # an observer pull records no round
-        return (stats.version, stats.accepted, stats.applied, stats.dropped, stats.pending), out
-
-    def header(**overrides):
-        fields = dict(worker_id=0, plan_epoch=1, base_version=0, iteration=0, dtype="float32", numel=NUMEL)
-        fields.update(overrides)
-        return pb.PushHeader(**fields)
-
-    before = state()
+    before = observed_state(worker, NUMEL)
     cases = {  # name: (gradient put in the mailbox, header fields, credentials, status, text in the message)
         "wrong_length": (torch.ones(NUMEL), dict(numel=NUMEL - 1), good, grpc.StatusCode.INVALID_ARGUMENT, "shard's length"),
         "stale_epoch": (torch.ones(NUMEL), dict(plan_epoch=0), good, grpc.StatusCode.FAILED_PRECONDITION, "older than the plan"),
@@ -120,11 +110,11 @@ def test_every_refusal_is_still_refused_on_the_shm_path(cluster, monkeypatch):
     for (name, (gradient, overrides, credentials, code, text)), unary in itertools.product(cases.items(), (False, True)):
         seq = box.put_push(gradient)
         with pytest.raises(grpc.RpcError) as error:
-            _raw_push(addresses[0], header(**{"shm_seq": seq, **overrides}), credentials, unary=unary)
+            _raw_push(addresses[0], push_header(NUMEL, **{"shm_seq": seq, **overrides}), credentials, unary=unary)
         assert error.value.code() == code, (name, unary)
         assert text in error.value.details(), (name, unary)
     with pytest.raises(grpc.RpcError) as error:  # a unary push whose gradient is not in the mailbox
-        _raw_push(addresses[0], header(), good, unary=True)
+        _raw_push(addresses[0], push_header(NUMEL), good, unary=True)
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "shm_seq > 0" in error.value.details()
     channel = good.channel(addresses[0], CHANNEL_OPTIONS)
     pulls = [  # a unary pull: from a worker the PS does not know (restarted PS: register again), or not for shm
@@ -137,10 +127,10 @@ def test_every_refusal_is_still_refused_on_the_shm_path(cluster, monkeypatch):
         assert error.value.code() == code and text in error.value.details()
     channel.close()
     with pytest.raises(grpc.RpcError) as error:  # a mailbox push that also streams chunks
-        _raw_push(addresses[0], header(shm_seq=box.put_push(torch.ones(NUMEL))), good,
+        _raw_push(addresses[0], push_header(NUMEL, shm_seq=box.put_push(torch.ones(NUMEL))), good,
                   [(0, np.ones(NUMEL, dtype="<f4").tobytes())])
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "no chunks" in error.value.details()
-    after = state()
+    after = observed_state(worker, NUMEL)
     assert after[0] == before[0] and torch.equal(after[1], before[1])
     assert worker.push(torch.ones(NUMEL), iteration=0, timeout_s=10)[0].status == "pending"  # still usable
     for client in (worker, other):

@@ -17,6 +17,7 @@ from star.rpc.doorbell import DoorbellRpcError, encode, raise_for, receive_reply
 from star.rpc.ps_client import PSClient
 from star.rpc.security import TOKEN_ENV, Credentials
 from star.rpc.socket_channel import SocketChannel
+from tests.integration.refusal_checks import observed_state, push_header
 
 pytestmark = pytest.mark.integration
 
@@ -96,18 +97,7 @@ def test_every_refusal_is_refused_alike_by_the_socket_channel(cluster, monkeypat
     assert channel is not None
     host, port = addresses[0].rpartition(":")[0], channel._sock.getpeername()[1]
 
-    def state():
-        stats = worker.stats()[0]
-        out = torch.empty(NUMEL)
-        worker.pull(out, timeout_s=10, observer=True)
-        return (stats.version, stats.accepted, stats.applied, stats.dropped, stats.pending), out
-
-    def header(**overrides):
-        fields = dict(worker_id=0, plan_epoch=1, base_version=0, iteration=0, dtype="float32", numel=NUMEL)
-        fields.update(overrides)
-        return pb.PushHeader(**fields)
-
-    before = state()
+    before = observed_state(worker, NUMEL)
     cases = {  # name: (gradient sent, header fields, status, text in the message)
         "wrong_length": (torch.ones(NUMEL - 1), dict(numel=NUMEL - 1), grpc.StatusCode.INVALID_ARGUMENT, "shard's length"),
         "stale_epoch": (torch.ones(NUMEL), dict(plan_epoch=0), grpc.StatusCode.FAILED_PRECONDITION, "older than the plan"),
@@ -117,7 +107,7 @@ def test_every_refusal_is_refused_alike_by_the_socket_channel(cluster, monkeypat
     for name, (gradient, overrides, code, text) in cases.items():
         probe = SocketChannel(host, port, good)
         with pytest.raises(DoorbellRpcError) as error:
-            probe.push(header(**overrides), gradient, timeout_s=10)
+            probe.push(push_header(NUMEL, **overrides), gradient, timeout_s=10)
         assert error.value.code() == code and text in error.value.details(), name
         probe.close()
     probe = SocketChannel(host, port, good)
@@ -127,7 +117,7 @@ def test_every_refusal_is_refused_alike_by_the_socket_channel(cluster, monkeypat
     probe.close()
     with socket.create_connection((host, port)) as raw:  # a dtype whose payload length is unknown: refused, then hung up
         say_hello(raw, TOKEN, "test")
-        raw.sendall(encode(pb.DoorbellRequest(push=header(dtype="float64"))))
+        raw.sendall(encode(pb.DoorbellRequest(push=push_header(NUMEL, dtype="float64"))))
         with pytest.raises(DoorbellRpcError) as error:
             raise_for(receive_reply(raw, "test"))
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "float64" in error.value.details()
@@ -137,9 +127,9 @@ def test_every_refusal_is_refused_alike_by_the_socket_channel(cluster, monkeypat
             SocketChannel(host, port, Credentials(token=token))
         assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED and text in error.value.details()
     with socket.create_connection((host, port)) as raw:  # a push before any hello
-        raw.sendall(encode(pb.DoorbellRequest(push=header())))
+        raw.sendall(encode(pb.DoorbellRequest(push=push_header(NUMEL))))
         assert raw.recv(4096) and raw.recv(4096) == b""  # an UNAUTHENTICATED reply, then the PS hangs up
-    after = state()
+    after = observed_state(worker, NUMEL)
     assert after[0] == before[0] and torch.equal(after[1], before[1])  # no refusal changed anything
     assert worker.push(torch.ones(NUMEL), iteration=0, timeout_s=10)[0].status == "pending"  # still usable
     for client in (worker, other):

@@ -201,3 +201,24 @@ def test_a_worker_seen_for_the_first_time_starts_from_the_steadier_measurement_a
     assert [c.new_s for c in tracker.observe({0: 1.3}, first={0: 1.0})] == [1.0]
     tracker.forget(0)  # e.g. AMP toggled: its speed changed for a known reason
     assert [c.new_s for c in tracker.observe({0: 0.6}, first={0: 0.9})] == [0.6]
+
+
+def test_a_straggler_that_recovered_while_sized_down_is_not_detected_again():
+    """Seen on gpt-10M (4 workers on 2 cores): after recovery at batch 5, the worker read 208 ms/sample against
+    172 for the others at batch 9-10 (a fixed part per iteration spread over fewer samples), crossed the 20%
+    margin and was detected again, with AMP on and off within seconds. Its iteration ended first."""
+    config = for_strategy(ControlConfig(selector=False), "auto")
+    plan = ssgd(range(4), epoch=1)
+
+    def stream(batch_3: int, per_sample_3: float) -> list:
+        controller = Controller(config, 4, 8)
+        workers = {w: WorkerSummary(0.172, 0.002, 9 if w < 3 else batch_3, 0, 8) for w in range(4)}
+        workers[3] = workers[3]._replace(per_sample_s=per_sample_3)
+        return [e for p in range(6) for e in controller.decide(p, plan, workers).events]
+
+    events = stream(batch_3=5, per_sample_3=0.208)  # 5 x 208 ms = 1.04 s against 9 x 172 ms = 1.55 s
+    assert not [e for e in events if e["kind"] in ("straggler_detected", "amp")]
+    [excused] = [e for e in events if e["kind"] == "straggler_excused"]  # said once, with the figures
+    assert excused["worker"] == 3 and excused["batch_size"] == 5 and "holds nobody back" in excused["reason"]
+    control = stream(batch_3=9, per_sample_3=0.208)  # the same per-sample time at an equal batch: a straggler
+    assert [e["worker"] for e in control if e["kind"] == "straggler_detected"] == [3]

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from star.detect import DetectorConfig, StragglerDetector, slow_now
+from star.detect import DetectorConfig, StragglerDetector, finishes_early, slow_now
 from star.plan import ssgd
 from star.policy.amp import AmpPolicy, AmpState
 from star.policy.batch import BatchPlanError, makespan_s, solve_batch_sizes
@@ -71,6 +71,29 @@ def test_flapping_worker_never_enters():
     for i in range(10):
         d = detector.decide({**EVEN, 3: 3.0} if i % 2 else EVEN)
         assert d.stragglers == frozenset()
+
+
+@pytest.mark.parametrize("iteration_s, early", [
+    ({0: 1.0, 1: 1.0, 2: 1.0, 3: 0.81}, set()),  # within the margin of the median: on the critical path
+    ({0: 1.0, 1: 1.0, 2: 1.0, 3: 0.79}, {3}),
+    ({0: 1.0, 1: 1.6, 2: 1.0, 3: 0.5}, {3}),
+    ({0: 1.0}, set()),  # nobody to finish before
+])
+def test_a_worker_finishes_early_when_its_iteration_ends_over_a_fifth_before_the_median(iteration_s, early):
+    assert finishes_early(iteration_s, DetectorConfig().margin) == early
+
+
+def test_a_slow_per_sample_worker_that_finishes_early_does_not_enter_but_a_straggler_is_not_let_out():
+    slow = {**EVEN, 3: 1.25}  # 25% slower per sample than the median: an outlier under the 20% margin
+    detector = StragglerDetector(DetectorConfig(enter_n=2, exit_n=2))
+    for _ in range(4):  # sized down (or recovered at a small batch): its iteration ends first
+        d = detector.decide(slow, early=frozenset({3}))
+        assert d.outliers == {3} and d.excused == {3} and d.stragglers == frozenset()
+    control = StragglerDetector(DetectorConfig(enter_n=2, exit_n=2))
+    assert [control.decide(slow).stragglers for _ in range(2)] == [frozenset(), {3}]  # equal batches: it enters
+    for _ in range(3):  # already a straggler: finishing early (its remedy works) does not count as recovery
+        d = control.decide(slow, early=frozenset({3}))
+        assert d.stragglers == {3} and d.excused == frozenset()
 
 
 # ---------------------------------------------------------------- AMP
