@@ -116,6 +116,8 @@ class SocketChannelServer:
                     return
         except (OSError, DoorbellBroken, DecodeError, ssl.SSLError, _HungUp) as exc:
             log(logger, logging.DEBUG, "socket channel connection ended", peer=str(peer), error=str(exc))
+        except Exception as exc:  # a bug here must not pass silently; the worker's next call goes over gRPC
+            log(logger, logging.ERROR, "socket channel connection failed", peer=str(peer), error=repr(exc))
         finally:
             self._connections.discard(raw)
             with contextlib.suppress(OSError):
