@@ -84,8 +84,9 @@ def _accounted(result: dict) -> None:
         assert ps["accepted"] == ps["applied"] + ps["dropped"] + ps["pending"], ps
 
 
-def test_ssgd_reaches_its_target_when_a_worker_is_killed_and_restarted(tmp_path):
-    job = Job(tmp_path)
+@pytest.mark.parametrize("transport", ["auto", "socket"])  # socket: the killed worker's waiting pull goes with its connection
+def test_ssgd_reaches_its_target_when_a_worker_is_killed_and_restarted(tmp_path, transport):
+    job = Job(tmp_path, transport=transport)
     _wait_version(tmp_path, 10)
     _child("worker", 1).send_signal(signal.SIGKILL)
     result = job.result()
@@ -94,6 +95,8 @@ def test_ssgd_reaches_its_target_when_a_worker_is_killed_and_restarted(tmp_path)
     kinds = [e["kind"] for e in _events(tmp_path)]
     assert "worker_restarted" in kinds
     _accounted(result)
+    if transport == "socket":
+        assert result["transport"] == "socket"
 
 
 def test_a_dead_worker_with_no_restarts_left_is_dropped_from_the_ssgd_plan_and_the_job_reaches_its_target(tmp_path):
@@ -142,8 +145,9 @@ def test_a_silent_worker_is_dropped_from_the_ssgd_plan_and_taken_back_when_it_re
     _accounted(result)
 
 
-def test_a_killed_ps_restarts_from_its_checkpoint_and_the_job_reaches_its_target(tmp_path):
-    job = Job(tmp_path, faults={"checkpoint_every_updates": 5, "checkpoint_every_s": 0.0})
+@pytest.mark.parametrize("transport", ["auto", "socket"])  # socket: the workers reconnect to the new PS's socket channel
+def test_a_killed_ps_restarts_from_its_checkpoint_and_the_job_reaches_its_target(tmp_path, transport):
+    job = Job(tmp_path, faults={"checkpoint_every_updates": 5, "checkpoint_every_s": 0.0}, transport=transport)
     _wait_version(tmp_path, 12)
     _child("ps", 1).send_signal(signal.SIGKILL)
     result = job.result()
@@ -155,6 +159,10 @@ def test_a_killed_ps_restarts_from_its_checkpoint_and_the_job_reaches_its_target
     # checked step by step in test_checkpoint_restore.py).
     assert 0 <= restored[0]["updates_lost"] <= 5 + 2
     assert result["faults"]["updates_lost"] == restored[0]["updates_lost"]
+    if transport == "socket":
+        assert result["transport"] in ("socket", "mixed")  # "mixed": a push retried over gRPC while ps1 was down
+        restarted = next(ps for ps in result["ps_stats"] if ps["ps_index"] == 1)
+        assert restarted["counters"]["socket_pushes"] > 0  # the workers came back on the restarted PS's channel
 
 
 def test_a_stopped_job_resumes_from_its_checkpoints(tmp_path):
