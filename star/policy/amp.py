@@ -6,6 +6,16 @@ otherwise the switch is undone and AMP is remembered as ineffective for that wor
 A worker is toggled at most once per decision period. With batch sizing on, the
 controller may also undo (or not try) AMP on a worker that batch sizes alone balance
 about as well (`mark_redundant`): AMP is then left off until the worker recovers.
+
+The probe. A straggler on AMP is judged by its time with AMP times the speed-up measured
+while it was slow, and that speed-up does not carry over: on digits (4 workers, 2 cores) AMP
+measured 1.84x under a 3x slowdown and gave 1.43x once the slowdown ended, so the recovered
+worker read 30% slow for the rest of the run and AMP never went off (a CI failure). So a
+straggler on AMP whose iteration ends early is let out by the detector (`probe_ready`),
+which switches AMP off as recovered; its plain speed then shows. If it was still slow, it is
+detected again within `relapse_window_periods` and AMP goes back on at once at its measured
+speed-up (no verification), and the next probe waits `probe_hold_periods`, doubled at each
+relapse, so a worker that AMP over-compensates is not toggled every few seconds.
 """
 
 from __future__ import annotations
@@ -33,6 +43,15 @@ class AmpConfig:
     # (once AMP was verified on some worker, the best speed-up measured replaces this assumption)
     min_added_gain: float = 0.03  # with batch sizing on: AMP stays only if it cuts the predicted iteration by this much
     # beyond batch sizes alone (it costs bf16 precision and a verification period with the worker's batch held)
+    relapse_window_periods: int = 10  # detected again within this many decisions of AMP going off as recovered:
+    # a relapse (the probe found it still slow), AMP back on at the speed-up it measured, no verification
+    probe_hold_periods: int = 10  # after a relapse, the next probe waits this many decisions; doubled per relapse
+    probe_hold_max_periods: int = 160  # the longest a probe waits
+
+    def __post_init__(self) -> None:
+        for name in ("relapse_window_periods", "probe_hold_periods", "probe_hold_max_periods"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"amp_policy.{name}={getattr(self, name)}: must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -47,8 +66,11 @@ class AmpDecision:
 class _WorkerAmp:
     state: AmpState = AmpState.OFF
     baseline_s: float = 0.0  # per-sample compute time just before switching on
-    speedup: float = 1.0  # measured: baseline / time with AMP
+    speedup: float = 1.0  # measured: baseline / time with AMP (kept after a recovery, for a relapse)
     last_toggle_period: int = -1
+    recovered_period: int = -1  # when AMP last went off because the worker recovered
+    probe_hold_periods: int = 0  # how long the next probe waits after a relapse (0: no relapse yet)
+    probe_after_period: int = -1  # the first decision at which the detector may let it out (probe_ready)
 
 
 @dataclass
@@ -76,6 +98,10 @@ class AmpPolicy:
         w = self.workers.get(worker)
         return w.speedup if w is not None and w.state is AmpState.ON else 1.0
 
+    def probe_ready(self, period: int) -> frozenset[int]:
+        """Workers on AMP that finishing early may let out of the slow set now (see the module docstring)."""
+        return frozenset(w for w, s in self.workers.items() if s.state is AmpState.ON and period >= s.probe_after_period)
+
     def decide(
         self,
         period: int,
@@ -95,20 +121,28 @@ class AmpPolicy:
             if w.last_toggle_period == period:
                 continue
             baseline_s = (fresh_per_sample_s or {}).get(worker, time_s)
-            decision = self._decide_one(worker, w, worker in stragglers, time_s, amp_reports.get(worker, 0), baseline_s)
+            decision = self._decide_one(period, worker, w, worker in stragglers, time_s, amp_reports.get(worker, 0),
+                                        baseline_s)
             if decision is not None:
                 w.last_toggle_period = period
                 decisions.append(decision)
         return decisions
 
-    def _decide_one(self, worker: int, w: _WorkerAmp, slow: bool, time_s: float, amp_reports: int,
+    def _decide_one(self, period: int, worker: int, w: _WorkerAmp, slow: bool, time_s: float, amp_reports: int,
                     baseline_s: float) -> AmpDecision | None:
-        if w.state is AmpState.OFF and slow:
+        c = self.config
+        if w.state is AmpState.OFF and slow and 0 <= w.recovered_period and period - w.recovered_period <= c.relapse_window_periods:
+            w.probe_hold_periods = min(max(c.probe_hold_periods, 2 * w.probe_hold_periods), c.probe_hold_max_periods)
+            w.state, w.probe_after_period = AmpState.ON, period + w.probe_hold_periods
+            return AmpDecision(worker, True, f"relapsed {period - w.recovered_period} decisions after recovering: AMP back on "
+                                             f"at its measured {w.speedup:.2f}x; next recovery check in {w.probe_hold_periods} decisions")
+        if w.state is AmpState.OFF and slow:  # a new spell: verified afresh, probed from the start
             w.state, w.baseline_s = AmpState.VERIFYING, baseline_s
+            w.probe_hold_periods, w.probe_after_period = 0, -1
             return AmpDecision(worker, True, f"straggler: per-sample compute {baseline_s * 1e3:.3f} ms; trying AMP")
-        if w.state is AmpState.VERIFYING and amp_reports >= self.config.verify_reports:
+        if w.state is AmpState.VERIFYING and amp_reports >= c.verify_reports:
             self.measured.append(w.baseline_s / time_s)
-            if time_s <= w.baseline_s * (1 - self.config.min_gain):
+            if time_s <= w.baseline_s * (1 - c.min_gain):
                 w.state, w.speedup = AmpState.ON, w.baseline_s / time_s
                 return AmpDecision(worker, True, f"verified: AMP sped this worker up {w.speedup:.2f}x; stays on")
             w.state = AmpState.INEFFECTIVE
@@ -119,7 +153,7 @@ class AmpPolicy:
                 speedup=w.baseline_s / time_s,  # measured, < 1 when AMP slowed it: batch sizing restores its plain speed
             )
         if w.state is AmpState.ON and not slow:
-            w.state, w.speedup = AmpState.OFF, 1.0
+            w.state, w.recovered_period = AmpState.OFF, period
             return AmpDecision(worker, False, "recovered: straggler no longer detected")
         if w.state is AmpState.REDUNDANT and not slow:
             w.state = AmpState.OFF  # AMP was off already: nothing to send

@@ -192,12 +192,15 @@ class Controller:
         speedups = self.amp.speedups()
         normalised = {w: s.per_sample_s * speedups.get(w, 1.0) for w, s in active.items()}
         early = finishes_early({w: s.per_sample_s * s.batch_size for w, s in active.items()}, c.detector.margin)
-        detection = self.detector.decide(normalised, early)
+        probe = self.amp.probe_ready(period) if c.amp else frozenset()
+        detection = self.detector.decide(normalised, early, let_out=probe)
         median = statistics.median(normalised.values())  # the median the MAD rule judged against (star.detect.slow_now)
         for w in sorted(detection.excused - self._excused):
+            reason = ("on AMP, its iteration ends early: counted as recovered, so that AMP goes off and its plain speed "
+                      "shows" if w in detection.stragglers or w in detection.exited else
+                      "slow per sample, but its iteration ends early at its batch size: it holds nobody back")
             events.append({"kind": "straggler_excused", "worker": w, "per_sample_ms": round(normalised[w] * 1e3, 4),
-                           "median_ms": round(median * 1e3, 4), "batch_size": active[w].batch_size,
-                           "reason": "slow per sample, but its iteration ends early at its batch size: it holds nobody back"})
+                           "median_ms": round(median * 1e3, 4), "batch_size": active[w].batch_size, "reason": reason})
         self._excused = set(detection.excused)
         for w in sorted(detection.entered):
             events.append({"kind": "straggler_detected", "worker": w, "per_sample_ms": round(normalised[w] * 1e3, 4),

@@ -222,3 +222,49 @@ def test_a_straggler_that_recovered_while_sized_down_is_not_detected_again():
     assert excused["worker"] == 3 and excused["batch_size"] == 5 and "holds nobody back" in excused["reason"]
     control = stream(batch_3=9, per_sample_3=0.208)  # the same per-sample time at an equal batch: a straggler
     assert [e["worker"] for e in control if e["kind"] == "straggler_detected"] == [3]
+
+
+def amp_stream(controller: Controller, plain_3: callable, amp_3: callable, decisions: int) -> list:
+    """Workers 0-2 at 4 ms/sample; worker 3 at plain_3(period) ms without AMP, amp_3(period) ms with it
+    (its reports follow the AMP setting the controller last gave it)."""
+    plan, out = ssgd(range(4), epoch=1), []
+    for period in range(decisions):
+        on = controller.amp.enabled(3)
+        times = {0: 4e-3, 1: 4e-3, 2: 4e-3, 3: (amp_3 if on else plain_3)(period) * 1e-3}
+        out.append(controller.decide(period, plan, summaries(times, {3: 8} if on else {})))
+    return out
+
+
+def test_a_straggler_whose_amp_gain_shrank_when_it_recovered_is_let_out_and_amp_goes_off():
+    """The CI failure on digits: AMP measured 1.84x under a 3x slowdown (13.5 -> 7.3 ms/sample) and gave 1.43x
+    after it (2.8 ms against 4.0 for the others), so the recovered worker read 2.8 x 1.84 = 5.2 ms, 29% slow,
+    and AMP stayed on to the end. It finishes its iteration early with AMP, so it is let out and AMP goes off."""
+    controller = Controller(for_strategy(ControlConfig(selector=False), "amp"), 4, 32)
+    events = [e for d in amp_stream(controller, lambda p: 13.5 if p < 6 else 4.0, lambda p: 7.34 if p < 6 else 2.8, 14)
+              for e in d.events]
+    amp = [(e["amp"], e["reason"].split(":")[0]) for e in events if e["kind"] == "amp"]
+    assert amp == [(True, "straggler"), (True, "verified"), (False, "recovered")]
+    [excused] = [e for e in events if e["kind"] == "straggler_excused"]
+    assert "AMP goes off" in excused["reason"]
+    assert [e["kind"] for e in events if e["kind"].startswith("straggler_") and e["kind"] != "straggler_excused"] == \
+        ["straggler_detected", "straggler_recovered"]
+
+
+def test_a_straggler_that_amp_over_compensates_relapses_at_each_probe_and_the_probes_back_off():
+    """Slowed 1.3x for good, AMP 1.84x: with AMP it finishes early, is let out, and is slow again without it.
+    AMP comes back at once at the measured speed-up (no verification), and the waits between probes double."""
+    controller = Controller(for_strategy(ControlConfig(selector=False), "amp"), 4, 32)
+    decisions = amp_stream(controller, lambda p: 5.2, lambda p: 5.2 / 1.84, 80)
+    amp = [(p, e["amp"], e["reason"]) for p, d in enumerate(decisions) for e in d.events if e["kind"] == "amp"]
+    relapses = [(p, reason) for p, on, reason in amp if reason.startswith("relapsed")]
+    assert not [r for _, on, r in amp if r.startswith("straggler")][1:]  # verified once, never again
+    assert [r.split("check in ")[1] for _, r in relapses][:3] == ["10 decisions", "20 decisions", "40 decisions"]
+    assert len(amp) <= 2 + 2 * 3  # on, verified, then three probes (off) and relapses (on) in 80 decisions
+
+
+def test_a_worker_slow_again_long_after_it_recovered_is_verified_afresh():
+    controller = Controller(for_strategy(ControlConfig(selector=False), "amp"), 4, 32)
+    slow = lambda p: 13.5 if p < 6 or p >= 30 else 4.0  # noqa: E731
+    events = [e for d in amp_stream(controller, slow, lambda p: slow(p) / 1.84, 40) for e in d.events]
+    reasons = [e["reason"].split(":")[0] for e in events if e["kind"] == "amp"]
+    assert reasons == ["straggler", "verified", "recovered", "straggler", "verified"]
