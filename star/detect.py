@@ -11,9 +11,9 @@ Rules (DESIGN §5):
 Hysteresis: a worker enters the slow set after `enter_n` consecutive slow decisions
 and leaves it after `exit_n` consecutive normal ones, so one noisy window never flaps.
 A worker whose iteration ends well before the median worker's (`finishes_early`) does not
-enter: it holds nobody back. A straggler that finishes early is let out only where the caller
-says so (`let_out`): one on AMP, whose plain speed is known only through a speed-up measured
-while it was slow (see star.policy.amp: the probe). Under batch sizing a worker's per-sample time rises as its
+enter: it holds nobody back. A straggler is let out early only where the caller says so
+(`let_out`): one on AMP that runs faster per sample than the median worker, whose plain speed
+is known only through a speed-up measured while it was slow (see star.policy.amp: the probe). Under batch sizing a worker's per-sample time rises as its
 batch shrinks (a fixed part per iteration; on a shared host, a short iteration runs while
 every other worker also computes), so a straggler that recovered while still sized down
 reads slow per sample although it is the first to finish; judged per sample alone, it was
@@ -100,10 +100,11 @@ class StragglerDetector:
     def decide(self, times: Mapping[int, float], early: frozenset[int] = frozenset(),
                let_out: frozenset[int] = frozenset()) -> Detection:
         """`times`: per-sample seconds; `early`: workers that finish their iteration early (finishes_early),
-        which count as normal unless they already are stragglers; `let_out`: stragglers for whom finishing
-        early counts as normal too (a straggler's remedy working is otherwise no recovery)."""
+        which count as normal unless they already are stragglers; `let_out`: stragglers that count as normal
+        whatever their time (a straggler's remedy working is otherwise no recovery)."""
         outliers = slow_now(times, self.config)
-        excused = frozenset(w for w in outliers & early if w not in self.stragglers or w in let_out)
+        excused = frozenset(w for w in outliers if (w in early and w not in self.stragglers)
+                            or (w in let_out and w in self.stragglers))
         entered, exited = set(), set()
         for worker in times:
             if worker in outliers and worker not in excused:

@@ -11,11 +11,13 @@ The probe. A straggler on AMP is judged by its time with AMP times the speed-up 
 while it was slow, and that speed-up does not carry over: on digits (4 workers, 2 cores) AMP
 measured 1.84x under a 3x slowdown and gave 1.43x once the slowdown ended, so the recovered
 worker read 30% slow for the rest of the run and AMP never went off (a CI failure). So a
-straggler on AMP whose iteration ends early is let out by the detector (`probe_ready`),
-which switches AMP off as recovered; its plain speed then shows. If it was still slow, it is
+straggler on AMP that runs faster per sample than the median worker by the detector's margin
+is let out of the slow set (`probe_ready`; the controller applies it), which switches AMP off
+as recovered; its plain speed then shows. If it was still slow, it is
 detected again within `relapse_window_periods` and AMP goes back on at once at its measured
-speed-up (no verification), and the next probe waits `probe_hold_periods`, doubled at each
-relapse, so a worker that AMP over-compensates is not toggled every few seconds.
+speed-up (no verification). The first probe waits `probe_hold_periods` after the verification
+(just measured at this slowdown, a fast worker is over-compensated, not recovered), and each
+relapse doubles the wait, so a worker that AMP over-compensates is not toggled every few seconds.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class AmpConfig:
     # beyond batch sizes alone (it costs bf16 precision and a verification period with the worker's batch held)
     relapse_window_periods: int = 10  # detected again within this many decisions of AMP going off as recovered:
     # a relapse (the probe found it still slow), AMP back on at the speed-up it measured, no verification
-    probe_hold_periods: int = 10  # after a relapse, the next probe waits this many decisions; doubled per relapse
+    probe_hold_periods: int = 10  # the first probe waits this many decisions after the verification; doubled per relapse
     probe_hold_max_periods: int = 160  # the longest a probe waits
 
     def __post_init__(self) -> None:
@@ -60,6 +62,7 @@ class AmpDecision:
     amp: bool
     reason: str
     speedup: float = 1.0  # switching AMP off: the speed-up it measured (< 1 if it slowed the worker), to restore its plain speed
+    recovered: bool = False  # switching AMP off because the worker recovered: its plain speed is unknown until measured
 
 
 @dataclass
@@ -69,7 +72,7 @@ class _WorkerAmp:
     speedup: float = 1.0  # measured: baseline / time with AMP (kept after a recovery, for a relapse)
     last_toggle_period: int = -1
     recovered_period: int = -1  # when AMP last went off because the worker recovered
-    probe_hold_periods: int = 0  # how long the next probe waits after a relapse (0: no relapse yet)
+    probe_hold_periods: int = 0  # how long the last wait for a probe was (doubled at a relapse)
     probe_after_period: int = -1  # the first decision at which the detector may let it out (probe_ready)
 
 
@@ -144,6 +147,8 @@ class AmpPolicy:
             self.measured.append(w.baseline_s / time_s)
             if time_s <= w.baseline_s * (1 - c.min_gain):
                 w.state, w.speedup = AmpState.ON, w.baseline_s / time_s
+                # just measured at this slowdown: running fast now means AMP over-compensates, not a recovery
+                w.probe_hold_periods, w.probe_after_period = c.probe_hold_periods, period + c.probe_hold_periods
                 return AmpDecision(worker, True, f"verified: AMP sped this worker up {w.speedup:.2f}x; stays on")
             w.state = AmpState.INEFFECTIVE
             return AmpDecision(
@@ -154,7 +159,7 @@ class AmpPolicy:
             )
         if w.state is AmpState.ON and not slow:
             w.state, w.recovered_period = AmpState.OFF, period
-            return AmpDecision(worker, False, "recovered: straggler no longer detected")
+            return AmpDecision(worker, False, "recovered: straggler no longer detected", recovered=True)
         if w.state is AmpState.REDUNDANT and not slow:
             w.state = AmpState.OFF  # AMP was off already: nothing to send
         return None

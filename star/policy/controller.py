@@ -136,6 +136,7 @@ class Controller:
         self.base_batch = base_batch
         self.detector = StragglerDetector(config.detector)
         self._excused: set[int] = set()  # outliers last kept out of the slow set for finishing early (logged once per spell)
+        self._sized_on_estimate: set[int] = set()  # batch sized at an estimated speed: corrected at its next measurement
         self.amp = AmpPolicy(config.amp_policy)
         if config.selector_kind == "learned":
             self.selector: HeuristicSelector | LearnedSelector = LearnedSelector(
@@ -192,12 +193,15 @@ class Controller:
         speedups = self.amp.speedups()
         normalised = {w: s.per_sample_s * speedups.get(w, 1.0) for w, s in active.items()}
         early = finishes_early({w: s.per_sample_s * s.batch_size for w, s in active.items()}, c.detector.margin)
-        probe = self.amp.probe_ready(period) if c.amp else frozenset()
+        # On AMP and faster per sample than the median (at a common batch: batch sizing evens out iterations):
+        # let out, so that AMP goes off and its plain speed shows (star.policy.amp, the probe)
+        probe = (self.amp.probe_ready(period) & finishes_early({w: s.per_sample_s for w, s in active.items()},
+                                                               c.detector.margin)) if c.amp else frozenset()
         detection = self.detector.decide(normalised, early, let_out=probe)
         median = statistics.median(normalised.values())  # the median the MAD rule judged against (star.detect.slow_now)
         for w in sorted(detection.excused - self._excused):
-            reason = ("on AMP, its iteration ends early: counted as recovered, so that AMP goes off and its plain speed "
-                      "shows" if w in detection.stragglers or w in detection.exited else
+            reason = ("on AMP, it runs over the margin faster per sample than the median: counted as recovered, so "
+                      "that AMP goes off and its plain speed shows" if w in probe else
                       "slow per sample, but its iteration ends early at its batch size: it holds nobody back")
             events.append({"kind": "straggler_excused", "worker": w, "per_sample_ms": round(normalised[w] * 1e3, 4),
                            "median_ms": round(median * 1e3, 4), "batch_size": active[w].batch_size, "reason": reason})
@@ -212,6 +216,8 @@ class Controller:
         # A worker re-measuring after an AMP switch (judged before, too few fresh reports now) keeps its
         # batch size and AMP setting; the others are decided on without waiting for it.
         held = {w for w in current.workers if w not in self.lost and w not in active} if c.batch else set()
+        correcting = frozenset(self._sized_on_estimate & set(active))  # measured since: corrected now
+        self._sized_on_estimate -= correcting
         per_sample = {w: s.sizing_per_sample_s for w, s in active.items()} if c.batch else {}  # per sample from now on
         steady = {w: s.per_sample_s for w, s in active.items()} if c.batch else {}  # the same over more reports
         amp: dict[int, bool] = {}
@@ -233,6 +239,8 @@ class Controller:
                 elif c.batch and not d.amp:
                     for speeds in (per_sample, steady):  # off again: back to its speed without AMP
                         speeds[d.worker] *= speedups.get(d.worker, d.speedup)
+                    if d.recovered:  # estimated with a speed-up measured while it was slow, which need not
+                        self._sized_on_estimate.add(d.worker)  # hold now (see the probe in star.policy.amp)
 
         # A straggler that AMP was just switched on for is resized now, at its measured speed without AMP
         # (AMP can only make it faster), not after the verification: batch sizing alone acts at detection,
@@ -240,7 +248,8 @@ class Controller:
         batch: dict[int, int] = {}
         if c.batch and len(active) - len(held & set(active)) >= 2:
             batch = self._batch_sizes({w: s for w, s in active.items() if w not in held}, per_sample,
-                                      {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events, steady)
+                                      {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events, steady,
+                                      correcting)
 
         verifying = frozenset(w for w, state in self.amp.workers.items() if state.state is AmpState.VERIFYING)
         plan = self._plan(period, current, active, detection.stragglers, b_noise, events, verifying)
@@ -303,12 +312,17 @@ class Controller:
         return sizes_for, global_batch
 
     def _batch_sizes(self, active: Mapping[int, WorkerSummary], per_sample_s: Mapping[int, float], held: Mapping[int, int],
-                     events: list[dict[str, Any]], steady_s: Mapping[int, float] | None = None) -> dict[int, int]:
+                     events: list[dict[str, Any]], steady_s: Mapping[int, float] | None = None,
+                     correcting: frozenset[int] = frozenset()) -> dict[int, int]:
         """Split the global batch left after the `held` workers' sizes over the `active` ones by speed: their
         smoothed reference speeds (star.policy.speeds), and only for a gain that repays the change.
-        `steady_s`: the speeds over more reports, which a worker's first reference starts from."""
+        `steady_s`: the speeds over more reports, which a worker's first reference starts from. `correcting`:
+        workers sized at an estimated speed, now measured: any gain corrects them (under the minimum gain, a
+        size set on a wrong estimate would stay for the rest of the run)."""
         c = self.config.batching
         workers = sorted(active)
+        for w in correcting:  # its reference is the estimate: the measurement replaces it, unconfirmed
+            self.speeds.forget(w)
         moved = self.speeds.observe({w: per_sample_s[w] for w in workers}, first=steady_s)
         per_sample = self.speeds.reference(workers)
         fixed = {w: active[w].comm_s for w in workers}
@@ -319,7 +333,7 @@ class Controller:
             events.append({"kind": "batch_skipped", "reason": str(exc)})
             return {}
         current = {w: self.batch_sizes.get(w, self.base_batch) for w in workers}
-        gain, required = predicted_gain(current, proposed, per_sample, fixed), c.required_gain()
+        gain, required = predicted_gain(current, proposed, per_sample, fixed), 0.0 if correcting else c.required_gain()
         if proposed == current or gain < required:
             return {}
         self.batch_sizes.update(proposed)
@@ -329,7 +343,9 @@ class Controller:
                                                         round(m.new_s * 1e3, 4)] for m in moved},
                        "predicted_gain": round(gain, 3), "required_gain": round(required, 3),
                        "reason": f"balance iteration times under a global batch of {global_batch}: predicted "
-                                 f"{gain:.1%} faster iterations >= {required:.0%} (min gain, or a change's cost repaid)"})
+                                 + (f"{gain:.1%} faster iterations; corrects sizes set at an estimated speed (AMP off "
+                                    f"after a recovery) for worker(s) {sorted(correcting)}" if correcting else
+                                    f"{gain:.1%} faster iterations >= {required:.0%} (min gain, or a change's cost repaid)")})
         return proposed
 
     def _amp_added_gain(self, worker: int, plain_s: Mapping[int, float], active: Mapping[int, WorkerSummary],
