@@ -134,8 +134,9 @@ def _efficiency(batches: np.ndarray, full_batches: Sequence[object], b_noise: fl
     full = np.full(len(batches), 1.0, dtype=batches.dtype)
     for row in np.flatnonzero(positive.any(axis=1)).tolist():  # a plan with no batch > 0 never reads its total
         full[row] = 1 + b_noise / full_batches[row]
-    quotient = np.divide(b_noise, batches, out=np.full(batches.shape, 1.0, dtype=batches.dtype), where=positive)
-    return np.divide(1 + quotient, full[:, None], out=np.full(batches.shape, 1.0, dtype=batches.dtype), where=positive)
+    with np.errstate(over="ignore", invalid="ignore"):  # a batch near 0: inf, then inf/inf = nan, as in the plain rule
+        quotient = np.divide(b_noise, batches, out=np.full(batches.shape, 1.0, dtype=batches.dtype), where=positive)
+        return np.divide(1 + quotient, full[:, None], out=np.full(batches.shape, 1.0, dtype=batches.dtype), where=positive)
 
 
 _CELLS_PER_CALL = 2000  # a scoring pass costs about as much as this many more matrix cells
