@@ -13,12 +13,13 @@ however large the global batch).
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
 
 from star.errors import ConfigError
+from star.policy.batch_guard import BatchGuardConfig
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class BatchConfig:
     speed_alpha: float = 0.3  # EMA weight of a decision's new per-sample time in the speeds sizing acts on (1: none)
     speed_band: float = 0.15  # a worker's speed for sizing moves only when its EMA leaves this relative band...
     speed_confirm: int = 2  # ...for this many decisions in a row
+    guard: BatchGuardConfig = field(default_factory=BatchGuardConfig)  # back off to even batches when sizing loses
 
     def __post_init__(self) -> None:
         for name, ok in (("min_batch", self.min_batch >= 1), ("max_factor", self.max_factor >= 1),

@@ -25,6 +25,7 @@ from star.detect import DetectorConfig, StragglerDetector, finishes_early
 from star.plan import SyncPlan, exclude, ssgd, with_epoch, with_pace, with_tree
 from star.policy.amp import AmpConfig, AmpDecision, AmpPolicy, AmpState
 from star.policy.batch import BatchConfig, BatchPlanError, predicted_gain, solve_batch_sizes
+from star.policy.batch_guard import BatchGuard
 from star.policy.combine import amp_gain_under_batch, Sizes
 from star.policy.learned import LearnedSelector, load_model
 from star.policy.plan_scores import estimate
@@ -147,6 +148,7 @@ class Controller:
         self.batch_sizes = {w: base_batch for w in range(num_workers)}
         b = config.batching
         self.speeds = SpeedTracker(b.speed_alpha, b.speed_band, b.speed_confirm)  # what batch sizing acts on
+        self.batch_guard = BatchGuard(b.guard)  # even batches while sizing loses to them
         self.lost: set[int] = set()
         self.judged: set[int] = set()  # workers that have had enough reports to be judged at least once
         self.base_plan: SyncPlan | None = None  # the first plan seen: what a rejoining worker goes back to
@@ -247,9 +249,13 @@ class Controller:
         # and auto must not lag it by the verification's reports. Its size is then held until verified.
         batch: dict[int, int] = {}
         if c.batch and len(active) - len(held & set(active)) >= 2:
-            batch = self._batch_sizes({w: s for w, s in active.items() if w not in held}, per_sample,
-                                      {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events, steady,
-                                      correcting)
+            guarded = self._guard_batches(period, current, active, events)
+            if guarded is not None:
+                batch = guarded
+            else:
+                batch = self._batch_sizes({w: s for w, s in active.items() if w not in held}, per_sample,
+                                          {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events, steady,
+                                          correcting)
 
         verifying = frozenset(w for w, state in self.amp.workers.items() if state.state is AmpState.VERIFYING)
         plan = self._plan(period, current, active, detection.stragglers, b_noise, events, verifying)
@@ -310,6 +316,23 @@ class Controller:
             return solve_batch_sizes({w: per_sample_s[w] for w in workers}, global_batch, fixed_s=comm_s,
                                      min_batch=c.min_batch, max_batch=max(c.min_batch, int(self.base_batch * c.max_factor)))
         return sizes_for, global_batch
+
+    def _guard_batches(self, period: int, current: SyncPlan, active: Mapping[int, WorkerSummary],
+                       events: list[dict[str, Any]]) -> dict[int, int] | None:
+        """None: batch sizing decides; else what it gives way to (star.policy.batch_guard): even batches
+        when it backs off now, no change while backed off."""
+        verdict = self.batch_guard.observe(period, {w: s.per_sample_s for w, s in active.items()},
+                                           {w: s.batch_size for w, s in active.items()},
+                                           {w: s.comm_s for w, s in active.items()}, self.base_batch)
+        if verdict is not None:
+            even = {w: self.base_batch for w in current.workers if w not in self.lost}
+            self.batch_sizes.update(even)
+            events.append({"kind": "batch_backoff", "sizes": {str(w): b for w, b in even.items()},
+                           "sized_s": round(verdict.sized_s, 4), "even_s": round(verdict.even_s, 4),
+                           "hold_periods": verdict.hold_periods,
+                           "reason": verdict.explain(self.config.batching.guard.window)})
+            return even
+        return {} if self.batch_guard.holding(period) else None
 
     def _batch_sizes(self, active: Mapping[int, WorkerSummary], per_sample_s: Mapping[int, float], held: Mapping[int, int],
                      events: list[dict[str, Any]], steady_s: Mapping[int, float] | None = None,
