@@ -1,10 +1,11 @@
-"""The coordinator on a real job: a replayed slowdown is detected within 3 decision periods,
+"""The coordinator on a real job: a replayed slowdown is detected within 2 decision periods of the slowed worker's 3rd report,
 AMP is switched on for the straggler and off after it recovers (or, on a CPU where bf16 autocast
 is slower than fp32, or on a machine too loaded to see its gain, undone as ineffective and never tried again),
 all in events.jsonl."""
 
 from __future__ import annotations
 
+import csv
 import re
 
 import pytest
@@ -48,10 +49,14 @@ def test_straggler_is_detected_amp_toggled_on_and_off_again(tmp_path):
     result = launch(config)
     events = read_events(out / "events.jsonl")
 
-    onset = next(e for e in events if e["kind"] == "slowdown_changed" and e["worker"] == 3 and e["factor"] == 3.0)
     detected = next(e for e in events if e["kind"] == "straggler_detected")
     assert detected["worker"] == 3
-    assert detected["t"] - onset["t"] <= 3 * DECISION_PERIOD_S + 0.5, (onset, detected)
+    # Within 2 decisions of the worker's 3rd slowed report (the detector reads the median of its last 4 and
+    # enters after 2 slow decisions). Not a wall-clock bound from the onset: slowed iterations take 0.7-0.9 s
+    # here and longer on a loaded machine (CI failed once at 3.6 s against a 3.5 s bound).
+    with open(out / "iterations.csv", newline="") as f:
+        slowed = [float(r["t"]) for r in csv.DictReader(f) if r["worker"] == "3" and float(r["slowdown"]) == 3.0]
+    assert detected["t"] <= slowed[2] + 2 * DECISION_PERIOD_S + 0.5, (slowed[:4], detected)
 
     amp_events = [e for e in events if e["kind"] == "amp" and e["worker"] == 3]
     assert amp_events[0]["amp"] is True and amp_events[0]["t"] >= detected["t"]
