@@ -22,7 +22,8 @@ import grpc
 
 from star.hosts import HostBook, MoveState, ShardMove
 from star.policy.batch import first_iteration_of_new_batches
-from star.policy.controller import for_strategy
+from star.policy.controller import for_strategy, with_task_staleness
+from star.task_calibration import staleness_penalty as task_staleness_penalty
 from star.evaluator import CurveWriter, Evaluator
 from star.tta import EvalPoint, next_version, reached
 from star.cluster import ClusterView, ps_input
@@ -228,12 +229,15 @@ class Coordinator:
 
     def run_control(self) -> None:
         """Every decision period: gather the inputs, step the pure control loop (star.control_loop), carry out its actions."""
-        control = for_strategy(self.config.control, self.config.plan.mode)
+        control = with_task_staleness(for_strategy(self.config.control, self.config.plan.mode),
+                                      task_staleness_penalty(self.config.task))
         loop = ControlLoop(control, self.config.workers, self.config.batch_size or self.task.default_batch_size,
                            self.config.placement)
         self.events.emit("control", strategy=self.config.plan.mode, amp=control.amp, selector=control.selector,
                          batch=control.batch, exclude=control.exclude, detector=control.detector.rule,
-                         decision_period_s=control.decision_period_s)
+                         decision_period_s=control.decision_period_s, staleness_penalty=control.selection.penalty,
+                         staleness_penalty_from="config" if self.config.control.selection.staleness_penalty is not None
+                         else "task calibration" if control.selection.staleness_penalty is not None else "default")
         service = self.service
         loop.period = restore_control(self, loop.controller)
         while not self.stop.wait(control.decision_period_s):

@@ -34,13 +34,17 @@ class BatchConfig:
     speed_alpha: float = 0.3  # EMA weight of a decision's new per-sample time in the speeds sizing acts on (1: none)
     speed_band: float = 0.15  # a worker's speed for sizing moves only when its EMA leaves this relative band...
     speed_confirm: int = 2  # ...for this many decisions in a row
+    speed_jump: float | None = 0.3  # ...except a slowdown by more than this fraction, followed at once (None: none)
+    settle_max_periods: int = 5  # after a resize, wait until every worker reported at its new size (at most this many decisions)
     guard: BatchGuardConfig = field(default_factory=BatchGuardConfig)  # back off to even batches when sizing loses
 
     def __post_init__(self) -> None:
         for name, ok in (("min_batch", self.min_batch >= 1), ("max_factor", self.max_factor >= 1),
                          ("min_gain", 0 <= self.min_gain < 1), ("change_cost_iters", self.change_cost_iters >= 0),
                          ("payback_iters", self.payback_iters > 0), ("speed_alpha", 0 < self.speed_alpha <= 1),
-                         ("speed_band", self.speed_band >= 0), ("speed_confirm", self.speed_confirm >= 1)):
+                         ("speed_band", self.speed_band >= 0), ("speed_confirm", self.speed_confirm >= 1),
+                         ("settle_max_periods", self.settle_max_periods >= 0),
+                         ("speed_jump", self.speed_jump is None or self.speed_jump > 0)):
             if not ok:
                 raise ConfigError(f"control.batching.{name}", getattr(self, name), "out of range")
 

@@ -29,7 +29,7 @@ from star.policy.batch_guard import BatchGuard
 from star.policy.combine import amp_gain_under_batch, Sizes
 from star.policy.learned import LearnedSelector, load_model
 from star.policy.plan_scores import estimate
-from star.policy.selector import HeuristicSelector, SelectorConfig, same_shape
+from star.policy.selector import HeuristicSelector, SelectorConfig, same_shape, with_task_penalty
 from star.policy.speeds import SpeedTracker
 from star.policy.traffic import PsLayout, TrafficConfig, TrafficGuard
 
@@ -81,6 +81,11 @@ def for_strategy(config: ControlConfig, strategy: str) -> ControlConfig:
     """Fill the switches left unset (None) from the strategy."""
     switches = strategy_switches(strategy)
     return dataclasses.replace(config, **{k: v if getattr(config, k) is None else getattr(config, k) for k, v in switches.items()})
+
+
+def with_task_staleness(config: ControlConfig, task_penalty: float | None) -> ControlConfig:
+    """Fill an unset selection.staleness_penalty with the task's measured one (star.task_calibration)."""
+    return dataclasses.replace(config, selection=with_task_penalty(config.selection, task_penalty))
 
 
 def initial_mode(strategy: str) -> str:
@@ -147,8 +152,9 @@ class Controller:
         self.traffic = TrafficGuard(config.traffic)
         self.batch_sizes = {w: base_batch for w in range(num_workers)}
         b = config.batching
-        self.speeds = SpeedTracker(b.speed_alpha, b.speed_band, b.speed_confirm)  # what batch sizing acts on
+        self.speeds = SpeedTracker(b.speed_alpha, b.speed_band, b.speed_confirm, b.speed_jump)  # what batch sizing acts on
         self.batch_guard = BatchGuard(b.guard)  # even batches while sizing loses to them
+        self._settle_waits = 0  # decisions batch sizing has waited for the sizes last sent to be reported
         self.lost: set[int] = set()
         self.judged: set[int] = set()  # workers that have had enough reports to be judged at least once
         self.base_plan: SyncPlan | None = None  # the first plan seen: what a rejoining worker goes back to
@@ -277,7 +283,7 @@ class Controller:
         batch = {w: self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}
         if any(w not in iter_time_s for w in in_force.workers):
             return plan
-        penalty = self.config.selection.staleness_penalty
+        penalty = self.config.selection.penalty
         unpaced_now = estimate(in_force, iter_time_s, batch, b_noise, penalty).gradients_per_s
         pace_now = current.push_pace_bytes_per_s
         paced_limit = pace_now * len(in_force.workers) / layout.total_bytes if pace_now and layout.total_bytes else float("inf")
@@ -346,6 +352,13 @@ class Controller:
         workers = sorted(active)
         for w in correcting:  # its reference is the estimate: the measurement replaces it, unconfirmed
             self.speeds.forget(w)
+        unsettled = [w for w in workers if active[w].batch_size != self.batch_sizes.get(w, self.base_batch)]
+        if unsettled and not correcting and self._settle_waits < c.settle_max_periods:
+            # The sizes last sent are not measured yet: speeds taken under the old sizes would judge them
+            # (and on shared cores a worker's speed depends on its host mates' batches).
+            self._settle_waits += 1
+            return {}
+        self._settle_waits = 0
         moved = self.speeds.observe({w: per_sample_s[w] for w in workers}, first=steady_s)
         per_sample = self.speeds.reference(workers)
         fixed = {w: active[w].comm_s for w in workers}

@@ -40,7 +40,7 @@ from star.detect import DetectorConfig
 from star.plan import SyncPlan, ssgd
 from star.policy.candidates import candidate_plans
 from star.policy.plan_scores import Estimate, estimate
-from star.policy.selector import HeuristicSelector, ModeDecision, SelectorConfig, same_shape
+from star.policy.selector import DEFAULT_STALENESS_PENALTY, HeuristicSelector, ModeDecision, SelectorConfig, same_shape
 
 MODEL_FORMAT = "star-gbt-v1"
 SHIPPED_MODEL = "selector.json"  # in star/policy/models/
@@ -230,7 +230,7 @@ class LearnedSelector:
         if bad or plan_family(current) is None or len(workers) < 2:
             why = "; ".join(bad) if bad else f"current plan {current.label!r} is not a family the model knows"
             return self._fallback(period, current, iter_time_s, batch, stragglers, b_noise, why)
-        penalty = self.config.staleness_penalty
+        penalty = DEFAULT_STALENESS_PENALTY  # the heuristic's features as the model was trained on them
         plans = [p for p in candidate_plans(workers, stragglers, times, self.config.modes) if not same_shape(p, current)]
         plans.append(current)
         heuristic = [estimate(p, times, batch, b_noise, penalty) for p in plans]

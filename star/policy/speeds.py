@@ -1,16 +1,19 @@
 """The per-worker speeds batch sizing acts on: smoothed, with hysteresis.
 
-Each decision brings every worker's recent per-sample compute time (a median over its
-latest reports). Fed straight into the batch solver, the noise in those medians — and the
-feedback of a worker's own batch size on its per-sample time (fixed per-iteration costs
-spread over fewer or more samples) — makes the sizes churn. So the solver sees a
-reference speed per worker that moves only when the worker's smoothed time (an EMA) has
-stayed outside a band around the reference for `confirm` decisions in a row; then the
-reference (and the EMA) jump to the latest raw measurement of that streak, so a real step
-is followed in one move rather than chased by the lagging EMA. (Not the streak's mean: its
-first measurements straddle the step, as their reports were made partly before it, and a
-mean of them sizes a straggler for a speed it has already left behind.) Noisy but stationary speeds never move it; a real
-change moves it after `confirm` decisions. Pure: no clock, no I/O.
+Each decision brings every worker's recent per-sample compute time (a median over its latest reports). Fed
+straight into the batch solver, the noise in those medians — and the feedback of a worker's own batch size on
+its per-sample time (fixed per-iteration costs spread over fewer or more samples) — makes the sizes churn. So
+the solver sees a reference speed per worker that moves only when the worker's smoothed time (an EMA) has
+stayed outside a band around the reference for `confirm` decisions in a row; then the reference (and the EMA)
+jump to the latest raw measurement of that streak, so a real step is followed in one move rather than chased
+by the lagging EMA. (Not the streak's mean: its first measurements straddle the step, as their reports were
+made partly before it, and a mean of them sizes a straggler for a speed it has already left behind.) Noisy but
+stationary speeds never move it; a real change moves it after `confirm` decisions. Except a large slowdown
+(`jump`: newest time over (1 + jump) x the reference), which moves it at once: the costs are not symmetric. A
+worker that slows while it holds a big batch holds every round back until its batch is cut (in the simulator
+at 1,000 workers, `contention` with unshared cores, a host-wide 2x burst on workers sized up to 1.6x made 6-8
+rounds in a row 1.4-1.9x longer); one that speeds up only forgoes a gain meanwhile. A false jump costs one
+resize. Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ class _Track:
 class SpeedTracker:
     """EMA + hysteresis band per worker. `alpha`: weight of a new measurement in the EMA
     (1: none); `band`: relative distance from the reference that counts as a change;
-    `confirm`: decisions in a row outside the band before the reference moves."""
+    `confirm`: decisions in a row outside the band before the reference moves; `jump`: a slowdown by more
+    than this fraction moves it at once (None: never)."""
 
     alpha: float = 0.3
     band: float = 0.15
     confirm: int = 2
+    jump: float | None = None
     tracks: dict[int, _Track] = field(default_factory=dict)
     seen: set[int] = field(default_factory=set)  # workers ever tracked (forget() keeps them here)
 
@@ -59,6 +64,12 @@ class SpeedTracker:
                 self.tracks[w] = _Track(start, start)
                 self.seen.add(w)
                 changes.append(SpeedChange(w, None, start))
+                continue
+            if self.jump is not None and s > track.reference_s * (1 + self.jump):
+                # A large slowdown is followed at once: a worker holding a big batch holds the whole round back
+                changes.append(SpeedChange(w, track.reference_s, s))
+                track.reference_s = track.ema_s = s
+                track.side, track.streak = 0, []
                 continue
             track.ema_s = self.alpha * s + (1 - self.alpha) * track.ema_s
             ratio = track.ema_s / track.reference_s

@@ -36,7 +36,7 @@ import numpy as np
 from star.plan import LatePolicy, SyncPlan
 from star.control_loop import ControlLoop, Reports
 from star.policy.batch import first_iteration_of_new_batches
-from star.policy.controller import for_strategy
+from star.policy.controller import for_strategy, with_task_staleness
 from star.sim.config import SimConfig
 from star.sim.convergence import ConvergenceModel
 from star.sim.cost import CostModel
@@ -64,7 +64,8 @@ class Simulation:
         self.rng = np.random.default_rng(c.seed)
         self.cost = CostModel(c.cost, FactorTable(trace, n, c.trace.workers, c.trace.stretch), self.rng, n)
         self.conv = ConvergenceModel(c.convergence, n, c.cost.base_batch)
-        self.control = for_strategy(c.control, c.plan.mode)
+        # The selector weighs stale updates as the task's calibration measured them (as star launch does)
+        self.control = with_task_staleness(for_strategy(c.control, c.plan.mode), c.convergence.staleness_penalty)
         self.loop = ControlLoop(self.control, n, c.cost.base_batch, c.placement)
         self.controller = self.loop.controller
         self.noise = NoiseDraws(c.convergence.b_noise, c.convergence.noise_norm_dof, c.seed)

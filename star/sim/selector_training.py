@@ -158,8 +158,8 @@ def measure_scenario(s: Scenario, config: SelectorConfig | None = None) -> Measu
     iter_time, comm, batch, stragglers, b_noise = scenario_inputs(s)
     workers = sorted(iter_time)
     plans = candidate_plans(workers, stragglers, iter_time, config.modes)
-    heuristic = [estimate(p, iter_time, batch, b_noise, config.staleness_penalty).seconds_per_progress for p in plans]
-    base = estimate(ssgd(workers), iter_time, batch, b_noise, config.staleness_penalty).seconds_per_progress
+    heuristic = [estimate(p, iter_time, batch, b_noise, config.penalty).seconds_per_progress for p in plans]
+    base = estimate(ssgd(workers), iter_time, batch, b_noise, config.penalty).seconds_per_progress
     decision = decision_features(iter_time, comm, batch, stragglers, b_noise)
     rows = feature_rows(decision, plans, heuristic, base)
     return Measured(decision, tuple(plans), rows, np.asarray(heuristic), np.asarray(measure(s, plans)))

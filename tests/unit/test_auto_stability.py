@@ -13,17 +13,20 @@ from star.policy.controller import ControlConfig, Controller, for_strategy, Work
 from star.policy.speeds import SpeedTracker
 
 
-def summaries(per_sample: dict[int, float], amp_reports: dict[int, int] | None = None) -> dict[int, WorkerSummary]:
-    return {w: WorkerSummary(t, 0.002, 32, (amp_reports or {}).get(w, 0), 8) for w, t in per_sample.items()}
+def summaries(per_sample: dict[int, float], amp_reports: dict[int, int] | None = None,
+              batch: dict[int, int] | None = None) -> dict[int, WorkerSummary]:
+    return {w: WorkerSummary(t, 0.002, (batch or {}).get(w, 32), (amp_reports or {}).get(w, 0), 8)
+            for w, t in per_sample.items()}
 
 
 def run_stream(controller: Controller, workers: int, speeds_at, decisions: int, noise_cv: float, seed: int = 0):
-    """Drive the controller with noisy per-sample times (lognormal, `noise_cv`) around speeds_at(period)."""
+    """Drive the controller with noisy per-sample times (lognormal, `noise_cv`) around speeds_at(period),
+    reported at the batch sizes it directed (the workers apply them before the next decision)."""
     rng = np.random.default_rng(seed)
     plan, out = ssgd(range(workers), epoch=1), []
     for period in range(decisions):
         noisy = {w: t * float(rng.lognormal(0.0, noise_cv)) for w, t in speeds_at(period).items()}
-        out.append(controller.decide(period, plan, summaries(noisy)))
+        out.append(controller.decide(period, plan, summaries(noisy, batch=controller.batch_sizes)))
     return out
 
 
@@ -136,6 +139,46 @@ def test_a_step_whose_first_measurement_straddles_it_moves_the_reference_to_the_
     tracker.observe({0: 1.0})
     assert tracker.observe({0: 2.0}) == []  # reports from before and after the step: half-way
     assert [c.new_s for c in tracker.observe({0: 3.0})] == [3.0]  # not the streak's mean, 2.5
+
+
+def test_a_large_slowdown_moves_the_reference_at_its_first_measurement_a_speedup_waits_for_confirmation():
+    """A worker that slows down while it holds a big batch holds the whole round back: followed at once.
+    A worker that speeds up only forgoes a gain: confirmed first, as any change inside the jump."""
+    tracker = SpeedTracker(alpha=0.3, band=0.15, confirm=2, jump=0.3)
+    tracker.observe({0: 1.0})
+    assert [c.new_s for c in tracker.observe({0: 2.0})] == [2.0]
+    assert [len(tracker.observe({0: 1.0})) for _ in range(3)] == [0, 1, 0]
+    assert tracker.reference([0]) == {0: 1.0}
+
+
+@pytest.mark.parametrize("slower", [1.1, 1.25, 1.29])
+def test_a_slowdown_inside_the_jump_is_not_followed_at_once(slower):
+    tracker = SpeedTracker(alpha=0.3, band=0.15, confirm=2, jump=0.3)
+    tracker.observe({0: 1.0})
+    assert tracker.observe({0: slower}) == []
+
+
+def test_after_a_resize_batch_sizing_waits_until_the_new_sizes_are_reported():
+    """Speeds measured under the old sizes would judge the new ones (and on shared cores a worker's speed
+    depends on its host mates' batches): no resize until every worker reported at its directed size,
+    or settle_max_periods decisions passed."""
+    config = ControlConfig(batching=BatchConfig(settle_max_periods=4))
+    controller = Controller(for_strategy(config, "batch"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    first = controller.decide(0, plan, summaries(STRAGGLED))
+    assert first.batch_sizes[3] < 20
+    two_slow = {**STRAGGLED, 2: 3e-3}
+    waiting = [controller.decide(p, plan, summaries(two_slow)) for p in range(1, 5)]  # still reported at 32
+    assert not any(d.batch_sizes for d in waiting)
+    assert controller.decide(5, plan, summaries(two_slow)).batch_sizes[2] < 32  # waited long enough
+
+
+def test_once_the_new_sizes_are_reported_batch_sizing_acts_at_once():
+    controller = Controller(for_strategy(ControlConfig(), "batch"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    controller.decide(0, plan, summaries(STRAGGLED))
+    second = controller.decide(1, plan, summaries({**STRAGGLED, 2: 3e-3}, batch=controller.batch_sizes))
+    assert second.batch_sizes[2] < 32
 
 
 def report_stream(speed_at, seconds: float, noise_cv: float, seed: int = 0, batch: int = 32, period_s: float = 1.0):

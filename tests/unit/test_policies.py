@@ -344,7 +344,8 @@ def test_a_straggler_getting_amp_is_resized_at_detection_then_held_until_amp_is_
     slow2 = _summaries({0: 1e-3, 1: 1e-3, 2: 3e-3})
     decisions = [controller.decide(p, plan, slow2) for p in range(3, 5)]
     assert decisions[1].amp == {2: True}
-    assert decisions[1].batch_sizes.get(2, 32) < 32  # sized for 3 ms/sample by the detection decision itself
+    # sized for 3 ms/sample by the detection decision at the latest (a 3x slowdown is followed at once)
+    assert decisions[0].batch_sizes.get(2, 32) < 32 or decisions[1].batch_sizes.get(2, 32) < 32
     verifying = {**slow2, 2: WorkerSummary(2.5e-3, 0.002, controller.batch_sizes[2], 2, 2)}  # 2 of 3 reports under AMP
     later = controller.decide(5, plan, verifying)
     assert 2 not in later.batch_sizes and later.amp == {}  # held while AMP's effect is unknown

@@ -100,12 +100,12 @@ class PlainSelector(HeuristicSelector):
         if any(w not in iter_time_s for w in workers):
             return ModeDecision(None, "waiting for timings from every worker", ())
         estimates = tuple(
-            plain_estimate(p, iter_time_s, batch, b_noise, self.config.staleness_penalty)
+            plain_estimate(p, iter_time_s, batch, b_noise, self.config.penalty)
             for p in plain_candidate_plans(workers, stragglers, iter_time_s, self.config.modes)
         )
         if not estimates:
             return ModeDecision(None, "no candidate plans", ())
-        now = plain_estimate(current, iter_time_s, batch, b_noise, self.config.staleness_penalty)
+        now = plain_estimate(current, iter_time_s, batch, b_noise, self.config.penalty)
         return self.choose(period, current, now, estimates)
 
 
