@@ -13,8 +13,8 @@ and leaves it after `exit_n` consecutive normal ones, so one noisy window never 
 A worker whose iteration ends well before the median worker's (`finishes_early`) does not
 enter: it holds nobody back. A straggler is let out early only where the caller says so
 (`let_out`): one on AMP that runs faster per sample than the median worker, whose plain speed
-is known only through a speed-up measured while it was slow (see star.policy.amp: the probe). Under batch sizing a worker's per-sample time rises as its
-batch shrinks (a fixed part per iteration; on a shared host, a short iteration runs while
+is known only through a speed-up measured while it was slow (see star.policy.amp: the probe).
+Under batch sizing a worker's per-sample time rises as its batch shrinks (a fixed part per iteration; on a shared host, a short iteration runs while
 every other worker also computes), so a straggler that recovered while still sized down
 reads slow per sample although it is the first to finish; judged per sample alone, it was
 detected again (a false detection, seen on gpt-10M). With equal batches (no batch sizing)

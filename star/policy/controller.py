@@ -229,7 +229,6 @@ class Controller:
         per_sample = {w: s.sizing_per_sample_s for w, s in active.items()} if c.batch else {}  # per sample from now on
         steady = {w: s.per_sample_s for w, s in active.items()} if c.batch else {}  # the same over more reports
         amp: dict[int, bool] = {}
-        just_on: set[int] = set()  # AMP switched on at this decision
         if c.amp:
             on_before = {w: self.amp.enabled(w) for w in self.amp.workers}  # the others were never on
             if c.batch:
@@ -242,9 +241,8 @@ class Controller:
                 amp[d.worker] = d.amp
                 self.speeds.forget(d.worker)  # a known change of speed: the next measurement is taken as is
                 events.append({"kind": "amp", "worker": d.worker, "amp": d.amp, "reason": d.reason})
-                if c.batch and d.amp and not on_before.get(d.worker, False):
-                    just_on.add(d.worker)  # sized now at its speed without AMP, then held until verified
-                elif c.batch and not d.amp:
+                # Switched on: sized now at its speed without AMP (below), then held until verified.
+                if c.batch and not d.amp:
                     for speeds in (per_sample, steady):  # off again: back to its speed without AMP
                         speeds[d.worker] *= speedups.get(d.worker, d.speedup)
                     if d.recovered:  # estimated with a speed-up measured while it was slow, which need not
@@ -258,6 +256,7 @@ class Controller:
             guarded = self._guard_batches(period, current, active, events)
             if guarded is not None:
                 batch = guarded
+                self._sized_on_estimate |= correcting  # corrected once batch sizing resumes
             else:
                 batch = self._batch_sizes({w: s for w, s in active.items() if w not in held}, per_sample,
                                           {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events, steady,

@@ -420,6 +420,26 @@ def test_when_a_recovered_amp_worker_turns_amp_off_its_batch_is_sized_for_its_sp
     assert not controller.decide(2, plan, measured).batch_sizes  # corrected once; then the minimum gain again
 
 
+def test_a_correction_due_when_batch_sizing_backs_off_waits_for_sizing_to_resume():
+    """The guard's even batches replace every size at that decision; the worker sized at an estimated speed
+    is still corrected (any gain) at the first decision batch sizing makes again."""
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    from star.policy.amp import _WorkerAmp
+
+    controller.amp.workers[3] = _WorkerAmp(AmpState.ON, baseline_s=2e-3, speedup=2.0)
+    controller.judged |= set(range(4))
+    recovered = {w: WorkerSummary(1e-3, 0.002, 32, 8 if w == 3 else 0, 8) for w in range(4)}
+    sizes = controller.decide(0, plan, recovered).batch_sizes
+    even = {w: 32 for w in range(4)}
+    controller._guard_batches = lambda *args: even  # the guard backs off at the correcting decision
+    measured = {w: WorkerSummary(1e-3 if w < 3 else 1.2e-3, 0.002, sizes[w], 0, 8) for w in range(4)}
+    assert controller.decide(1, plan, measured).batch_sizes == even
+    del controller._guard_batches  # sizing resumes
+    resumed = controller.decide(2, plan, {w: s._replace(batch_size=32) for w, s in measured.items()})
+    assert "estimated speed" in next(e["reason"] for e in resumed.events if e["kind"] == "batch_sizes")
+
+
 def test_when_amp_slowed_a_straggler_and_is_undone_its_batch_is_sized_for_its_speed_without_amp():
     """gpt-1m on this CPU: bf16 autocast took the straggler from 73 to 132 ms/sample. The decision that
     undid AMP sized the worker for 132 ms (the speed it showed under AMP), giving it 5 of 64 samples
