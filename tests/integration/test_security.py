@@ -240,9 +240,9 @@ def _watch_children(stop: threading.Event, seen: dict[int, tuple[list[str], dict
     me = psutil.Process()
     while not stop.is_set():
         for child in me.children(recursive=True):
-            if child.pid in seen:
+            if child.pid in seen and "star.cli" in seen[child.pid][0]:
                 continue
-            try:
+            try:  # read again until it shows a daemon's argv: caught between fork and exec, it shows the parent's
                 seen[child.pid] = (child.cmdline(), child.environ())
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 pass
