@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Callable
 
 from benchmarks.strategies import middle_half_trace, write_csv
-from star.config import JobConfig, from_dict
+from star.config import ConfigError, JobConfig, from_dict
+from star.devices import check_device_available
 from star.launch import launch_or_stop
 from star.tasks.registry import PRESET_SPECS, TASK_NAMES
 from star.tta import median_or_none
@@ -70,7 +71,7 @@ def s_per_iter(curve_path: Path) -> float | None:
 
 def job(args: argparse.Namespace, task: str, mode: str, trace: str | None, out: Path, seed: int) -> JobConfig:
     data = {"task": task, "workers": args.workers, "out": str(out), "seed": seed, "max_time_s": args.max_time_s,
-            "plan": {"mode": mode}}
+            "plan": {"mode": mode}, "device": args.device}
     if mode != "ddp":
         data["ps"] = args.ps
     if args.target is not None:
@@ -108,6 +109,7 @@ def headline(args: argparse.Namespace, task: str, trace_name: str, rows: list[di
     get = lambda run, key: by_run.get(run, {}).get(key)  # noqa: E731
     figures = {
         "task": task, "trace": trace_name, "workers": args.workers, "ps": args.ps, "repeats": args.repeats,
+        "device": args.device,
         "ddp_clean_s_per_iter": get("ddp-clean", "s_per_iter"), "star_clean_s_per_iter": get("star-ssgd-clean", "s_per_iter"),
         "ddp_clean_tta_s": get("ddp-clean", "tta_s"), "star_clean_tta_s": get("star-ssgd-clean", "tta_s"),
         "ddp_tta_s": get("ddp", "tta_s"), "star_ssgd_tta_s": get("star-ssgd", "tta_s"), "star_auto_tta_s": get("star-auto", "tta_s"),
@@ -141,6 +143,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=float, default=None, help="metric target (default the task's)")
     p.add_argument("--batch-size", type=int, default=None, help="per worker (default the task's)")
     p.add_argument("--max-time-s", type=float, default=300.0, help="per run")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="where workers and DDP ranks compute (cuda: they share the visible GPUs round-robin)")
     p.add_argument("--rows", default=",".join(name for name, _, _ in RUNS), help="which rows to run (default all)")
     p.add_argument("--from-runs", action="store_true", help="run nothing: summarise OUT/runs.csv and the runs' curves again")
     p.add_argument("--out", default="benchmarks/results/ddp_vs_star")
@@ -160,7 +164,8 @@ def main(argv: list[str] | None = None, run: Callable[[JobConfig], dict] = launc
             raise BenchError(f"--rows: unknown {', '.join(sorted(unknown))} (known: {', '.join(n for n, _, _ in RUNS)})")
         if args.trace != "mid3x" and not Path(args.trace).is_file():
             raise BenchError(f"--trace {args.trace!r}: no such file (or use 'mid3x')")
-    except BenchError as exc:
+        check_device_available("--device", args.device)
+    except (BenchError, ConfigError) as exc:
         print(f"ddp_vs_star: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)

@@ -86,7 +86,8 @@ def worker_config(job: JobConfig, *, worker_id: int, coordinator: str, relay_hos
     return WorkerConfig(
         worker_id=worker_id, workers=job.workers, task=job.task, seed=job.seed, batch_size=job.batch_size,
         coordinator=coordinator, trace=job.trace, threads=job.threads_per_process, security=child_security(job),
-        relay_host=relay_host if uses_trees(job) else None, transport=job.transport, wire=job.wire)
+        relay_host=relay_host if uses_trees(job) else None, transport=job.transport, wire=job.wire,
+        device=job.device)
 
 
 def coordinator_config(job: JobConfig, *, ps_addresses: Sequence[str], host: str, port: int = 0, restore: bool = False,

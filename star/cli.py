@@ -38,6 +38,7 @@ def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
     from star.cli_checks import check_task, check_trace
     from star.config import merge
     from star.ddp_rules import ddp_refusal
+    from star.devices import check_device_available
 
     base = load_toml(args.config) if args.config else {}
     refusal = ddp_refusal(merge(base, given_flags(args, JobConfig)))  # an option given at its default value counts too
@@ -47,6 +48,7 @@ def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
     config = config_from_args(JobConfig, args, base)
     check_task("task", config.task)
     check_trace("trace.path", config.trace.path)
+    check_device_available("device", config.device)
     return config, progress
 
 

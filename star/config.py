@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from star.ddp_rules import DDP_MODE, ddp_refusal
+from star.devices import DEVICE_KINDS
 from star.errors import ConfigError
 from star.flat import WIRE_ELEMENT_BYTES
 from star.placement import PlacementConfig
@@ -248,6 +249,7 @@ class RunSettings:
     placement: PlacementConfig = field(default_factory=PlacementConfig)  # where PS shards go across hosts (star node), re-placement
     metrics_port: int | None = None  # Prometheus /metrics: coordinator at P, PS i at P+1+i (0: free ports; URLs in OUT/metrics.json)
     tensorboard: bool = True  # write TensorBoard scalars to OUT/tensorboard/
+    device: str = "cpu"  # where workers, DDP ranks and the evaluator compute: cpu | cuda (GPUs shared round-robin by worker id)
 
     def __post_init__(self) -> None:
         check_worker_count(self.workers)
@@ -256,6 +258,7 @@ class RunSettings:
         _require(self.batch_size is None or self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
         _require(self.max_time_s > 0, "max_time_s", self.max_time_s, "must be > 0")
         _require(self.eval_period_s > 0, "eval_period_s", self.eval_period_s, "must be > 0")
+        _require(self.device in DEVICE_KINDS, "device", self.device, f"one of {', '.join(DEVICE_KINDS)}")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from star.hosts import HostBook, MoveState, ShardMove
 from star.policy.batch import first_iteration_of_new_batches
 from star.policy.controller import for_strategy, with_task_staleness
 from star.task_calibration import staleness_penalty as task_staleness_penalty
+from star.devices import local_device
 from star.evaluator import CurveWriter, Evaluator
 from star.tta import EvalPoint, next_version, reached
 from star.cluster import ClusterView, ps_input
@@ -370,7 +371,8 @@ class Coordinator:
 
     def _try_evaluator(self) -> Evaluator | None:
         try:
-            return Evaluator(self.task, self.config.ps_addresses, self.config.seed, credentials=self.credentials)
+            return Evaluator(self.task, self.config.ps_addresses, self.config.seed, credentials=self.credentials,
+                             device=local_device(self.config.device, 0))
         except grpc.RpcError as exc:
             log(logger, logging.DEBUG, "evaluator not ready", error=exc.code())
             return None

@@ -2,7 +2,8 @@
 
 Starts `workers` rank processes (star.ddp_rank) with torchrun's rendezvous variables
 (MASTER_ADDR = the job's host, a free MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
-LOCAL_WORLD_SIZE): gloo on CPU, NCCL when the ranks run on CUDA. Same task, seed,
+LOCAL_WORLD_SIZE): gloo on CPU; on CUDA (`device`), NCCL when each rank has a GPU of
+its own, else gloo, which lets several ranks share one GPU (star.ddp_rules.ddp_backend). Same task, seed,
 sharding, trace replay, evaluator rule, target and output files as a STAR run; no PSs
 and no coordinator. Every rank dies with the launcher; a crashed rank ends the job.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from star.cli_checks import check_task
+from star.devices import check_device_available
 from star.config import JobConfig, to_toml
 from star.processes import JOB_FILE, PARENT_PID_ENV, LaunchError, finish_result, signals_stop_the_job
 
@@ -42,10 +44,10 @@ def rank_env(host: str, port: int, rank: int, world: int) -> dict[str, str]:
     return env
 
 
-def launch_ddp(config: JobConfig, progress: Callable[[str], None] | None = None, device: str = "cpu",
-               amp: bool = False) -> dict:
+def launch_ddp(config: JobConfig, progress: Callable[[str], None] | None = None, amp: bool = False) -> dict:
     """Run the job as DDP to its end and return result.json's content (plus wall_s, out, interrupted)."""
     check_task("task", config.task)  # an unknown task or preset fails here, before any process starts
+    check_device_available("device", config.device)
     out = Path(config.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", "curve.csv", "events.jsonl"):
@@ -63,7 +65,7 @@ def launch_ddp(config: JobConfig, progress: Callable[[str], None] | None = None,
                 with open(log_path, "w") as log:
                     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                                **{PARENT_PID_ENV: str(os.getpid())}, **rank_env(config.host, port, rank, config.workers))
-                    command = [sys.executable, "-m", "star.ddp_rank", "--config", str(config_path), "--device", device,
+                    command = [sys.executable, "-m", "star.ddp_rank", "--config", str(config_path),
                                *(["--amp"] if amp else [])]
                     ranks.append((rank, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                                          stdin=subprocess.DEVNULL, env=env), log_path))

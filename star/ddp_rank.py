@@ -35,7 +35,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from star.config import JobConfig, from_dict, load_toml
-from star.ddp_rules import DDP_MODE
+from star.ddp_rules import DDP_MODE, ddp_backend
+from star.devices import local_device
 from star.evaluator import CurveWriter
 from star.tta import EvalPoint, next_version, reached
 from star.events import EventLog
@@ -163,7 +164,9 @@ def train(config: JobConfig, device: torch.device, amp: bool) -> None:
     if world != config.workers:
         raise SystemExit(f"star ddp rank: WORLD_SIZE={world} but workers={config.workers}")
     torch.set_num_threads(config.threads_per_process)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    backend = ddp_backend(device.type, local_world, torch.cuda.device_count() if device.type == "cuda" else 0)
+    dist.init_process_group(backend, rank=rank, world_size=world)
     try:
         _train(config, rank, world, device, amp)
         # Tear down together: rank 0 still evaluates and writes result.json after the last step, and a
@@ -269,13 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     parser = argparse.ArgumentParser(prog="python -m star.ddp_rank", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="the job's TOML (star launch writes OUT/config.toml)")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: NCCL and this rank's LOCAL_RANK GPU")
+    parser.add_argument("--device", default=None, choices=("cpu", "cuda"),
+                        help="override the job's `device` (cuda: GPU LOCAL_RANK %% visible GPUs; NCCL when each rank has its own)")
     parser.add_argument("--amp", action="store_true", help="autocast: bf16 on CPU, fp16 with GradScaler on CUDA")
     args = parser.parse_args(argv)
     config = from_dict(JobConfig, load_toml(args.config))
-    device = torch.device("cpu")
-    if args.device == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    device = local_device(args.device or config.device, int(os.environ.get("LOCAL_RANK", "0")))
+    if device.type == "cuda":
         torch.cuda.set_device(device)
     train(config, device, args.amp)
     return 0

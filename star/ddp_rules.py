@@ -53,3 +53,12 @@ def ddp_refusal(asked: dict[str, Any]) -> tuple[str, Any, str] | None:
 
 
 _MISSING = object()
+
+
+def ddp_backend(device_type: str, local_world_size: int, gpu_count: int) -> str:
+    """The process-group backend of a DDP run: NCCL when every local rank has a GPU of its own;
+    gloo on CPU, and on CUDA when ranks must share GPUs (NCCL refuses two ranks on one device;
+    gloo all-reduces CUDA tensors through host memory)."""
+    if device_type == "cuda" and 1 <= local_world_size <= gpu_count:
+        return "nccl"
+    return "gloo"

@@ -23,10 +23,14 @@ from star.tta import EvalPoint
 class Evaluator:
     """Pulls parameters as an observer (never blocks a round) and evaluates them."""
 
-    def __init__(self, task: Task, ps_addresses: Sequence[str], seed: int = 0, credentials: Credentials | None = None):
+    def __init__(self, task: Task, ps_addresses: Sequence[str], seed: int = 0, credentials: Credentials | None = None,
+                 device: torch.device | None = None):
         self.task = task
         self.model = task.build_model(seed)
-        self.flat = FlatModel(self.model)
+        self.flat = FlatModel(self.model)  # pulled into on the host
+        self.device_flat: FlatModel | None = None  # a copy on the GPU of a CUDA job, evaluated there as DDP's rank 0 does
+        if device is not None and device.type != "cpu":
+            self.device_flat = FlatModel(task.build_model(seed).to(device))
         self.client = PSClient(ps_addresses, worker_id=0, credentials=credentials)
         self.client.register(self.flat.numel)
 
@@ -39,8 +43,12 @@ class Evaluator:
         since = max(v.since_first_update_s for v in views)
         if since < 0 or min(v.version for v in views) < min_version:
             return since, None
+        model = self.model
+        if self.device_flat is not None:
+            self.device_flat.params.copy_(self.flat.params)
+            model = self.device_flat.module
         with torch.no_grad():
-            metric = float(self.task.evaluate(self.model))
+            metric = float(self.task.evaluate(model))
         return since, EvalPoint(since, max(v.version for v in views), metric)
 
     def close(self) -> None:

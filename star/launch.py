@@ -22,6 +22,7 @@ import grpc
 from star.child_configs import job_as_run
 from star.config import JobConfig, to_toml
 from star.ddp_rules import DDP_MODE
+from star.devices import check_device_available
 from star.node_agent import NodeAgent
 from star.processes import (JOB_FILE, Child, InterruptedBeforeResult, LaunchError, ProcessGroup, _tail, _wait_ready,
                             child_args, finish_result, signals_stop_the_job, with_flag)
@@ -75,6 +76,7 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
 
         return launch_ddp(config, progress)
     job = job_as_run(config, get_task(config.task))  # the optimizer as the task fills it in: refused before any child starts
+    check_device_available("device", config.device)
     out = Path(config.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", "curve.csv", "events.jsonl", "iterations.csv", "coordinator_state.json"):

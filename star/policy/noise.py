@@ -11,6 +11,7 @@ its shard's sums and the coordinator adds them up.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -27,18 +28,33 @@ class NoiseAccumulator:
     rounds: int = 0
 
     def observe(self, gradients: list[torch.Tensor], batch_sizes: list[int], counts: list[int] | None = None) -> None:
-        """Call with ≥ 2 on-time gradients of one round, before they are summed. `counts`: how
-        many worker gradients each one sums (a tree push sums several: its mean is the
-        gradient of the tree's whole batch, given in `batch_sizes`); default 1 each."""
+        """Call with ≥ 2 on-time gradients of one round. `counts`: how many worker gradients each
+        one sums (a tree push sums several: its mean is the gradient of the tree's whole batch,
+        given in `batch_sizes`); default 1 each."""
+        finish = self.begin_round(gradients, batch_sizes, counts)
+        if finish is not None:
+            total = gradients[0].clone()
+            for gradient in gradients[1:]:
+                total.add_(gradient)
+            finish(total)
+
+    def begin_round(self, gradients: list[torch.Tensor], batch_sizes: list[int],
+                    counts: list[int] | None = None) -> Callable[[torch.Tensor], None] | None:
+        """The small-batch half of `observe`, read before the gradients are summed (the PS sums them
+        in place); returns the call that takes their sum and records the round (None: fewer than 2).
+        The PS hands it the sum its update computes anyway: no copy and no second summation, where
+        `observe` on a 24.9M-element shard cost 316 ms a round, most of a gpt-50m round's update."""
         if len(gradients) < 2:
-            return
+            return None
         counts = counts or [1] * len(gradients)
-        small = sum(float(g.pow(2).sum()) / c**2 for g, c in zip(gradients, counts)) / len(gradients)
-        total = gradients[0].clone()
-        for gradient in gradients[1:]:
-            total.add_(gradient)
-        big = float(total.pow(2).sum()) / sum(counts) ** 2
-        self.observe_norms(small, big, sum(batch_sizes) / len(batch_sizes), float(sum(batch_sizes)))
+        small = sum(_squared_norm(g) / c**2 for g, c in zip(gradients, counts)) / len(gradients)
+        summed = sum(counts)
+        small_batch, big_batch = sum(batch_sizes) / len(batch_sizes), float(sum(batch_sizes))
+
+        def finish(total: torch.Tensor) -> None:
+            self.observe_norms(small, _squared_norm(total) / summed**2, small_batch, big_batch)
+
+        return finish
 
     def observe_norms(self, small_sq: float, big_sq: float, small_batch: float, big_batch: float) -> None:
         """One round's mean squared norm of its gradients, squared norm of their mean, and the batches
@@ -53,6 +69,12 @@ class NoiseAccumulator:
                 d * old + (1 - d) * new for old, new in zip((self.small_sq, self.big_sq, self.small_batch, self.big_batch), values)
             )
         self.rounds += 1
+
+
+def _squared_norm(vector: torch.Tensor) -> float:
+    """|v|² in one pass, without a temporary the size of `v` (as v.pow(2).sum() makes)."""
+    flat = vector.reshape(-1)
+    return float(torch.dot(flat, flat))
 
 
 def noise_scale(small_sq: float, big_sq: float, small_batch: float, big_batch: float) -> float | None:

@@ -143,10 +143,11 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         self.waits.settled(effects, None, 0.0)  # forget rounds flushed without a closer
         for apply in effects.applies:
             payloads = self.received.take(apply.gradient_ids)
-            if len(payloads.gradients) >= 2 and all(payloads.batch_sizes):  # before the in-place sum below
-                self.noise.observe(payloads.gradients, payloads.batch_sizes, payloads.counts)
+            noise_round = None  # its small-batch norms are read before the in-place sum below
+            if len(payloads.gradients) >= 2 and all(payloads.batch_sizes):
+                noise_round = self.noise.begin_round(payloads.gradients, payloads.batch_sizes, payloads.counts)
             assert shard is not None
-            left_out = shard.apply(payloads.gradients, apply.scale, payloads.intact)
+            left_out = shard.apply(payloads.gradients, apply.scale, payloads.intact, on_sum=noise_round)
             if left_out:
                 self.rejected["overwritten_in_mailbox"] = self.rejected.get("overwritten_in_mailbox", 0) + left_out
                 log(logger, logging.ERROR, "gradients left out: their mailbox was written while the PS held them",

@@ -54,13 +54,15 @@ class ShardState:
         self._accumulator: torch.Tensor | None = None  # where gradients summed out of mailboxes go
 
     def apply(self, gradients: list[torch.Tensor], scale: float,
-              intact: Sequence[Callable[[], bool] | None] | None = None) -> int:
+              intact: Sequence[Callable[[], bool] | None] | None = None,
+              on_sum: Callable[[torch.Tensor], None] | None = None) -> int:
         """Sum the gradients left to right, scale, take one optimizer step; returns how many were left
         out. `intact[i]`: for a gradient still in a worker's shared-memory mailbox, whether it is
         unchanged (None: a receive buffer this server owns). Owned buffers are used once: the sum goes
         into the first in place (same order as stack(...).sum(0), without a stacked N x numel copy).
         Mailbox gradients are summed into a buffer of the shard's, then checked: one written while
-        held (a broken client) is left out and the rest summed again, never a torn mix."""
+        held (a broken client) is left out and the rest summed again, never a torn mix. `on_sum`
+        sees the sum of the gradients applied, before it is scaled (the gradient-noise estimate)."""
         checks = list(intact) if intact is not None else [None] * len(gradients)
         if all(check is None for check in checks):
             total, left_out = _sum_in_place(gradients), 0
@@ -68,6 +70,8 @@ class ShardState:
             total, left_out = self._sum_held(gradients, checks)
             if total is None:
                 return left_out
+        if on_sum is not None:
+            on_sum(total)
         if scale != 1.0:
             total.mul_(scale)
         self.param.grad = total

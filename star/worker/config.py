@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from star.config import SecurityConfig, TraceConfig, check_transport_fields, check_worker_count
+from star.devices import DEVICE_KINDS
+from star.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -20,7 +22,7 @@ class WorkerConfig:
     ps_addresses: tuple[str, ...] = field(default=())  # direct PS addresses when there is no coordinator
     trace: TraceConfig = field(default_factory=TraceConfig)  # slowdown trace to replay (as the job's [trace])
     amp: bool = False  # start with autocast on
-    device: str = "cpu"  # cpu | cuda
+    device: str = "cpu"  # cpu | cuda (cuda: GPU worker_id % visible GPUs)
     threads: int = 1  # torch intra-op threads
     max_iterations: int | None = None  # stop after this many iterations (None: until told)
     pull_poll_s: float = 1.0  # a blocked pull is re-issued this often (and a heartbeat sent), so a stop is noticed
@@ -36,3 +38,5 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         check_worker_count(self.workers, self.worker_id)
         check_transport_fields(self.transport, self.wire)
+        if self.device not in DEVICE_KINDS:
+            raise ConfigError("device", self.device, f"one of {', '.join(DEVICE_KINDS)}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import grpc
 import torch
 
+from star.devices import local_device
 from star.flat import FlatModel
 from star.logs import log
 from star.rpc.ps_client import RETRYABLE, PSClient, with_retries
@@ -29,6 +30,7 @@ from star.worker.pacing import PushPacer
 from star.worker.pulling import pull_under_one_plan
 from star.worker.relay import RelayClient, RelayServer, sum_into
 from star.worker.reporting import CoordinatorLink, IterationTimes
+from star.worker.staging import HostStaging
 
 logger = logging.getLogger("worker")
 
@@ -58,10 +60,13 @@ class Worker:
         self.config = config
         self.stop = threading.Event()
         self.link: CoordinatorLink | None = None  # set in run() when a coordinator is given
-        self.device = torch.device(config.device)
+        self.device = local_device(config.device, config.worker_id)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
         self.task = get_task(config.task)
         self.model = self.task.build_model(config.seed).to(self.device)
         self.flat = FlatModel(self.model)
+        self.host = HostStaging(self.flat)  # what the PS client reads and writes (the flat buffers themselves on CPU)
         self.batch_size = config.batch_size or self.task.default_batch_size
         self.base_batch = self.batch_size  # the even share; batch directives are relative to it
         self.batch_offset: int | None = None  # where its batch starts in each round's global batch, once the coordinator
@@ -116,6 +121,7 @@ class Worker:
                 t0 = time.monotonic()
                 if not self._pull(ps):
                     break
+                self.host.params_up()
                 if link:  # a batch decision made before our last report applies from this iteration on
                     waited = time.monotonic()
                     link.wait_for_replies(REPLY_WAIT_S)
@@ -157,7 +163,7 @@ class Worker:
             if self.amp.backward(loss, self.flat.grads):
                 break
         if self.device.type == "cuda":
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.device)
         return float(loss.detach()), time.monotonic() - start
 
     def _obey(self, link: CoordinatorLink) -> None:
@@ -209,7 +215,7 @@ class Worker:
     def _connect(self, ps: PSClient) -> None:
         relay = self.relay.address if self.relay is not None else ""
         replies = self._retry("register", lambda: ps.register(self.flat.numel, relay_address=relay))
-        accepted = self._retry("init", lambda: ps.init_if_needed(self.flat.params, replies))
+        accepted = self._retry("init", lambda: ps.init_if_needed(self.host.params_down(), replies))
         if accepted:
             log(logger, logging.INFO, "initialised parameter servers", count=accepted)
         log(logger, logging.INFO, "payload transport", transport=ps.transport_used, wire=self.config.wire)
@@ -224,7 +230,7 @@ class Worker:
         failures = 0
         while not self.stop.is_set():
             try:
-                pulls = pull_under_one_plan(lambda: ps.pull(self.flat.params, timeout_s=self.config.pull_poll_s),
+                pulls = pull_under_one_plan(lambda: ps.pull(self.host.params, timeout_s=self.config.pull_poll_s),
                                             lambda: ps.pulled_key[0], self.config.pull_poll_s, self.stop)
                 if pulls > 1:
                     log(logger, logging.DEBUG, "pulled again: the shards answered under different plans", pulls=pulls)
@@ -262,23 +268,24 @@ class Worker:
         if self.batch_size != self.base_batch:
             # The PS averages per worker; weight by samples so the sum stays the global-batch mean.
             self.flat.grads.mul_(self.batch_size / self.base_batch)
+        grads = self.host.grads_down()
         parent, children = ps.tree_role
         if parent:
             key = ps.pulled_key
             result = self.relay_client.contribute(  # type: ignore[union-attr]
-                parent, self.flat.grads, key, self.batch_size, poll_s=self.config.pull_poll_s, timeout_s=300.0,
+                parent, grads, key, self.batch_size, poll_s=self.config.pull_poll_s, timeout_s=300.0,
                 on_wait=lambda: self._waiting_on_parent(ps, key[0]))
             if result.taken:
                 return result.wait_s
             log(logger, logging.DEBUG, "tree parent did not take the gradient; pushing it myself", reason=result.reason)
-            self._push(ps, self.flat.grads)
+            self._push(ps, grads)
             return result.wait_s
         if children and self.relay is not None:
             start = time.monotonic()
             taken = self.relay.inbox.collect(ps.pulled_key, children, self.config.tree_wait_s, self.stop)
             waited_s = time.monotonic() - start
             if taken:
-                total = self.flat.grads.clone()
+                total = grads.clone()
                 batch = self.batch_size + sum_into(total, taken)
                 pushed = self._push(ps, total, batch, [c.worker for c in taken])
                 self.relay.inbox.settle(taken, pushed)
@@ -286,9 +293,9 @@ class Worker:
                     self.tree_pushes += 1
                     self.relayed += len(taken)
                     return waited_s
-            self._push(ps, self.flat.grads)  # no child came in time, or the tree push was refused: ours alone
+            self._push(ps, grads)  # no child came in time, or the tree push was refused: ours alone
             return waited_s
-        self._push(ps, self.flat.grads)
+        self._push(ps, grads)
         return 0.0
 
     def _waiting_on_parent(self, ps: PSClient, epoch: int) -> str | None:

@@ -53,6 +53,18 @@ def test_unknown_preset_exits_2_naming_the_flag(tmp_path, capsys):
     assert code == 2 and "--preset '7m'" in err
 
 
+def test_device_reaches_every_run_and_a_missing_cuda_exits_2_naming_the_flag(tmp_path, capsys, monkeypatch):
+    calls: list[JobConfig] = []
+    assert ddp_vs_star.main(["--task", "gpt", "--preset", "1m", "--workers", "2", "--ps", "1", "--repeats", "1",
+                             "--out", str(tmp_path)], run=fake_run(calls)) == 0
+    assert {c.device for c in calls} == {"cpu"} and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["device"] == "cpu"
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    code = ddp_vs_star.main(["--task", "gpt", "--preset", "1m", "--device", "cuda", "--out", str(tmp_path / "gpu")],
+                            run=fake_run(calls))
+    err = capsys.readouterr().err
+    assert code == 2 and "--device='cuda'" in err and len(calls) == 5  # refused before any run
+
+
 def test_speed_needs_two_evaluations(tmp_path):
     path = tmp_path / "curve.csv"
     path.write_text("time_s,version,metric\n1.0,3,0.5\n")

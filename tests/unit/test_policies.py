@@ -249,6 +249,19 @@ def test_noise_scale_recovers_a_known_gradient_noise():
     assert estimate_ == pytest.approx(8000 / 5, rel=0.25)
 
 
+def test_a_round_begun_before_the_sum_and_finished_with_it_records_what_observe_records():
+    torch.manual_seed(1)
+    grads = [torch.randn(500) for _ in range(3)]
+    whole, split = NoiseAccumulator(), NoiseAccumulator()
+    whole.observe(grads, [8, 8, 16], [1, 1, 2])
+    finish = split.begin_round(grads, [8, 8, 16], [1, 1, 2])
+    assert split.rounds == 0  # nothing recorded until the sum comes
+    finish(grads[0] + grads[1] + grads[2])
+    assert (split.small_sq, split.big_sq, split.small_batch, split.big_batch) == pytest.approx(
+        (whole.small_sq, whole.big_sq, whole.small_batch, whole.big_batch), rel=1e-5)
+    assert split.rounds == 1 and NoiseAccumulator().begin_round(grads[:1], [8]) is None
+
+
 def test_noise_scale_is_none_until_estimable():
     assert noise_scale(0.0, 0.0, 0.0, 0.0) is None
     assert noise_scale(1.0, 2.0, 8, 32) is None  # big-batch norm larger: no positive noise

@@ -1,13 +1,16 @@
-"""The PS shard's update: a synchronous round sums its gradients in worker order, whatever order they arrived in."""
+"""The PS shard's update: a synchronous round sums its gradients in worker order, whatever order they arrived in;
+Adam runs torch's fused kernel."""
 
 from __future__ import annotations
 
 import itertools
 
+import pytest
 import torch
 
 from star.config import OptimizerConfig
 from star.flat import ShardRange
+from star.optim import build_optimizer
 from star.ps_server.shard import ShardState, summation_order
 
 
@@ -71,3 +74,29 @@ def test_a_gradient_written_over_while_held_is_left_out_and_the_rest_applied():
     untouched = _shard()
     assert untouched.apply(_grads(2), 1.0, [lambda: False, lambda: False]) == 2
     assert torch.equal(untouched.param.data, torch.zeros(4096))  # nothing left to apply: no step at all
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_adam_runs_torchs_fused_kernel_and_steps_as_the_per_op_loop_does(name):
+    config = OptimizerConfig(name=name, lr=1e-2, weight_decay=0.01)
+    fused_param = torch.nn.Parameter(torch.randn(1000, generator=torch.Generator().manual_seed(0)))
+    loop_param = torch.nn.Parameter(fused_param.detach().clone())
+    fused = build_optimizer(config, fused_param)
+    loop = (torch.optim.Adam if name == "adam" else torch.optim.AdamW)([loop_param], lr=1e-2, weight_decay=0.01)
+    assert fused.defaults["fused"] is True
+    for step in range(5):
+        grad = torch.randn(1000, generator=torch.Generator().manual_seed(step + 1))
+        fused_param.grad, loop_param.grad = grad.clone(), grad.clone()
+        fused.step()
+        loop.step()
+    assert torch.allclose(fused_param, loop_param, rtol=0, atol=1e-6)
+    assert not torch.equal(fused_param, torch.randn(1000, generator=torch.Generator().manual_seed(0)))  # it moved
+
+
+def test_the_update_shows_its_unscaled_sum_to_the_noise_estimate_before_stepping():
+    grads = [torch.full((6,), float(i + 1)) for i in range(3)]
+    state = ShardState(ShardRange(0, 0, 6), torch.zeros(6), OptimizerConfig(name="sgd", lr=1.0))
+    seen = []
+    state.apply([g.clone() for g in grads], 1 / 3, on_sum=lambda total: seen.append(total.clone()))
+    assert len(seen) == 1 and torch.equal(seen[0], torch.full((6,), 6.0))
+    assert torch.allclose(state.param.data, torch.full((6,), -2.0))  # the step used the scaled sum

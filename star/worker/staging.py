@@ -1,0 +1,44 @@
+"""Host copies of a worker's flat buffers, for a model that computes on a GPU.
+
+Every transport (shared memory, the socket channel, gRPC) moves bytes from host memory, so a
+worker on CUDA stages its flat gradient into a pinned host buffer before a push and pulls
+parameters into another before copying them up. On CPU the "host" buffers are the flat
+buffers themselves: no copy, and the hot path stays what it was.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from star.flat import FlatModel
+
+
+class HostStaging:
+    """`params` and `grads`: host tensors the PS client reads and writes, mirroring `flat`."""
+
+    def __init__(self, flat: FlatModel):
+        self.flat = flat
+        self.on_host = flat.params.device.type == "cpu"
+        if self.on_host:
+            self.params, self.grads = flat.params, flat.grads
+        else:  # pinned: the copies run at full PCIe/NVLink speed and need no bounce buffer
+            self.params = torch.empty(flat.numel, dtype=torch.float32, pin_memory=True)
+            self.grads = torch.empty(flat.numel, dtype=torch.float32, pin_memory=True)
+
+    def params_down(self) -> torch.Tensor:
+        """The device parameters copied to the host buffer (before seeding the PSs); returns it."""
+        if not self.on_host:
+            self.params.copy_(self.flat.params)
+        return self.params
+
+    def params_up(self) -> None:
+        """After a pull into `params`: the model computes on them."""
+        if not self.on_host:
+            self.flat.params.copy_(self.params, non_blocking=True)
+
+    def grads_down(self) -> torch.Tensor:
+        """The gradient just computed, on the host (waits for the copy); returns it."""
+        if not self.on_host:
+            self.grads.copy_(self.flat.grads, non_blocking=True)
+            torch.cuda.current_stream(self.flat.grads.device).synchronize()
+        return self.grads
