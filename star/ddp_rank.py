@@ -211,6 +211,8 @@ def _train(config: JobConfig, rank: int, world: int, device: torch.device, amp: 
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=amp):
             loss = task.loss_fn(ddp(inputs), targets)
+        if device.type == "cuda":  # kernels run asynchronously: the clock must wait for the forward to end
+            torch.cuda.synchronize(device)
         forward_s = time.monotonic() - t0
         factor = slowdown.factor_at(iteration) if slowdown else 1.0
         time.sleep(slowdown_sleep_s(forward_s * (1 + ratio), factor))
