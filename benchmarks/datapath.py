@@ -11,7 +11,8 @@ Measures, in one run:
    gradient to --ps real PS daemons (`star ps`, the vector sharded over them) and pull the
    parameters back, all at once, under an SSGD plan over every worker (each pull waits for the
    round: the synchronous barrier an all-reduce also has). A round takes as long as its slowest
-   worker. --transport picks how payloads move (auto: shared memory with a co-located PS, else the
+   worker. Pushes carry a batch size, as a training worker's do, so each round includes the
+   PS's gradient-noise estimate (from 26 Nov; earlier figures left it out). --transport picks how payloads move (auto: shared memory with a co-located PS, else the
    PS's socket channel, raw bytes on TCP; socket: the socket channel even on one host; grpc: gRPC
    chunks), --wire their dtype across hosts (bf16 halves the bytes; the PS master stays fp32).
 2. torch.distributed gloo all-reduce of the same bytes among max(2, --workers) ranks.

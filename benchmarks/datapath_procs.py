@@ -192,7 +192,9 @@ def ps_worker_main(worker: int, workers: int, addresses: list[str], numel: int, 
             elif command.startswith("go "):
                 t0 = float(command.split()[1])
                 sleep_until(t0)
-                client.push(grads, iteration=iteration, timeout_s=RPC_TIMEOUT_S)
+                # With a batch size, as a training worker pushes: the PS then estimates the gradient noise
+                # of each round, part of the round's cost that a job pays (before 26 Nov this pushed none).
+                client.push(grads, iteration=iteration, timeout_s=RPC_TIMEOUT_S, batch_size=1)
                 t1 = time.monotonic()
                 client.pull(params, timeout_s=RPC_TIMEOUT_S)
                 t2 = time.monotonic()
