@@ -23,12 +23,12 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from importlib import resources
 from typing import Any
 
 from star.bench import BenchConfig, TraceSpec, run_sim, summary_rows
 from star.tta import median_or_none
 from star.config import load_toml
+from star.task_calibration import shipped_calibration
 from star.sim.compare import (CLEAN, REAL_RUN_NAMES, agreement, agreement_table, compare_with_real, read_real_summary,
                                seed_agreement, sim_vs_real_table)
 
@@ -138,7 +138,7 @@ def simulate_case(case: Case, strategies: list[str], config: BenchConfig, seeds:
     anchors = seed_anchors(runs_csv) if runs_csv.is_file() else {}
     settings: list[tuple[int, dict[str, Any]]] = [(s, {}) for s in range(config.seed, config.seed + seeds)]
     if anchors:
-        calibration = config.calibration or str(resources.files("star.sim").joinpath("calibrations", f"{config.task}.toml"))
+        calibration = config.calibration or shipped_calibration(config.task)
         cost = load_toml(calibration).get("cost", {})
         settings = []
         for seed, (tta_s, updates) in sorted(anchors.items()):

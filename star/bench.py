@@ -263,14 +263,13 @@ def _unique(name: str, taken: set[str]) -> str:
 def run_sim(config: BenchConfig, strategy: str, trace: TraceSpec | None, out: Path,
             overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """One simulated run; `overrides` (e.g. {"cost": {...}}) go over the calibration and the bench's settings."""
-    from importlib import resources
-
     from star.config import merge
     from star.sim import sim_config
     from star.sim.run import run_and_write
+    from star.task_calibration import shipped_calibration
 
     mode, control = strategy_settings("ssgd" if strategy == CLEAN else strategy)
-    calibration = config.calibration or str(resources.files("star.sim").joinpath("calibrations", f"{config.task}.toml"))
+    calibration = config.calibration or shipped_calibration(config.task)
     data: dict[str, Any] = {"workers": config.workers, "seed": config.seed, "out": str(out), "plan": {"mode": mode},
                             "control": control, "max_time_s": config.max_time_s or 3000.0}
     if trace is not None:

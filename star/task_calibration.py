@@ -11,12 +11,22 @@ from importlib import resources
 from pathlib import Path
 
 from star.config import load_toml
+from star.errors import ConfigError
 
 
 def calibration_path(task: str) -> Path | None:
     """The shipped calibration of `task` (None: the task has none)."""
     path = Path(str(resources.files("star.sim").joinpath("calibrations", f"{task}.toml")))
     return path if path.is_file() else None
+
+
+def shipped_calibration(task: str) -> str:
+    """The shipped calibration of `task` for the simulator; a task without one is refused, naming it."""
+    path = calibration_path(task)
+    if path is None:
+        raise ConfigError("task", task, "no shipped simulator calibration for this task; give one with --calibration "
+                                        "(`star calibrate` measures it)")
+    return str(path)
 
 
 def staleness_penalty(task: str) -> float | None:

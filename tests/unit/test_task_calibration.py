@@ -51,3 +51,11 @@ def test_a_mild_straggler_sends_the_selector_to_k_of_n_only_where_stale_updates_
 def test_the_simulated_selector_weighs_staleness_as_the_simulated_task_does(convergence, expected):
     sim = Simulation(sim_config({"workers": 4, "plan": {"mode": "auto"}, "convergence": convergence}))
     assert sim.control.selection.penalty == expected
+
+
+def test_a_task_without_a_shipped_calibration_is_refused_naming_the_task_and_the_way_out():
+    from star.task_calibration import shipped_calibration
+
+    assert shipped_calibration("digits").endswith("digits.toml")
+    with pytest.raises(ConfigError, match="task='gpt-1m'.*--calibration"):
+        shipped_calibration("gpt-1m")
