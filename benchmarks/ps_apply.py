@@ -4,7 +4,9 @@
 
 When the last gradient of a round arrives, the PS (on its one event loop, while every worker of the
 round waits in its pull) estimates the gradient noise, sums the round's gradients, scales the sum,
-steps the optimizer and publishes the new parameters for the pulls. This times each phase with the
+steps the optimizer and publishes the new parameters for the pulls. Each gradient's squared norm (the
+small-batch half of the noise estimate) is read earlier, at its push, with the finiteness check
+(push_check_ms, once per push); until 26 Nov afternoon the closer read them (round_norms_at_close_ms). This times each phase with the
 PS's own code (star.ps_server.shard.ShardState, star.policy.noise.NoiseAccumulator) on random
 float32 gradients of --numel elements, and, side by side in the same run, the ways they were done
 before: the noise estimate by its own copy and sum (NoiseAccumulator.observe) instead of reading the
@@ -28,7 +30,7 @@ import torch
 from star.config import OptimizerConfig
 from star.flat import ShardRange
 from star.policy.noise import NoiseAccumulator
-from star.ps_server.shard import ShardState
+from star.ps_server.shard import ShardState, squared_norm_if_finite
 
 SUFFIXES = {"k": 1e3, "m": 1e6, "g": 1e9}
 
@@ -77,8 +79,13 @@ def measure(numel: int, gradients: int, optimizer: str, repeats: int) -> dict[st
     batch = [8] * gradients
     scale = 1.0 / gradients
     publish_to = torch.empty(numel)
+    pushed_norms = [squared_norm_if_finite(g) for g in incoming]  # read by the PS at each push, before the round closes
     figures = {
-        "round_now_ms": median_ms(lambda: fused_shard.apply(held, scale, on_sum=noise.begin_round(held, batch)), repeats, refill),
+        "round_now_ms": median_ms(lambda: fused_shard.apply(held, scale, on_sum=noise.begin_round(held, batch, None, pushed_norms)),
+                                  repeats, refill),
+        "round_norms_at_close_ms": median_ms(lambda: fused_shard.apply(held, scale, on_sum=noise.begin_round(held, batch)),
+                                             repeats, refill),
+        "push_check_ms": median_ms(lambda: squared_norm_if_finite(incoming[0]), repeats),
         "round_before_ms": median_ms(lambda: (noise.observe(held, batch), loop_shard.apply(held, scale)), repeats, refill),
         "noise_in_update_ms": median_ms(lambda: noise.begin_round(held, batch)(held[0]), repeats, refill),
         "noise_own_sum_ms": median_ms(lambda: noise.observe(held, batch), repeats, refill),

@@ -38,16 +38,20 @@ class NoiseAccumulator:
                 total.add_(gradient)
             finish(total)
 
-    def begin_round(self, gradients: list[torch.Tensor], batch_sizes: list[int],
-                    counts: list[int] | None = None) -> Callable[[torch.Tensor], None] | None:
+    def begin_round(self, gradients: list[torch.Tensor], batch_sizes: list[int], counts: list[int] | None = None,
+                    squared_norms: list[float | None] | None = None) -> Callable[[torch.Tensor], None] | None:
         """The small-batch half of `observe`, read before the gradients are summed (the PS sums them
         in place); returns the call that takes their sum and records the round (None: fewer than 2).
         The PS hands it the sum its update computes anyway: no copy and no second summation, where
-        `observe` on a 24.9M-element shard cost 316 ms a round, most of a gpt-50m round's update."""
+        `observe` on a 24.9M-element shard cost 316 ms a round, most of a gpt-50m round's update.
+        `squared_norms[i]`: |gradients[i]|² where the caller already has it (the PS reads it at push time
+        with its finiteness check); None entries, or no list, are computed here."""
         if len(gradients) < 2:
             return None
         counts = counts or [1] * len(gradients)
-        small = sum(_squared_norm(g) / c**2 for g, c in zip(gradients, counts)) / len(gradients)
+        known = squared_norms or [None] * len(gradients)
+        small = sum((_squared_norm(g) if sq is None else sq) / c**2
+                    for g, c, sq in zip(gradients, counts, known)) / len(gradients)
         summed = sum(counts)
         small_batch, big_batch = sum(batch_sizes) / len(batch_sizes), float(sum(batch_sizes))
 

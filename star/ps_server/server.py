@@ -22,7 +22,7 @@ from star.ps_server.config import PSConfig, Rejected, check_plan_fields, check_r
 from star.ps_server.handover import HandOver
 from star.ps_server.restoring import Restoring
 from star.ps_server.received import Received, ReceivedGradients
-from star.ps_server.shard import ShardState, Snapshot, all_finite
+from star.ps_server.shard import ShardState, Snapshot, squared_norm_if_finite
 from star.ps_server.transport import ChunkPayload, Mailboxes, checked_dtype
 from star.aggregate import Aggregator, Effects, PushRejected, RejectCode
 from star.flat import WIRE_DTYPE, FlatError, shard_ranges
@@ -145,7 +145,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             payloads = self.received.take(apply.gradient_ids)
             noise_round = None  # its small-batch norms are read before the in-place sum below
             if len(payloads.gradients) >= 2 and all(payloads.batch_sizes):
-                noise_round = self.noise.begin_round(payloads.gradients, payloads.batch_sizes, payloads.counts)
+                noise_round = self.noise.begin_round(payloads.gradients, payloads.batch_sizes, payloads.counts,
+                                                     payloads.squared_norms)
             assert shard is not None
             left_out = shard.apply(payloads.gradients, apply.scale, payloads.intact, on_sum=noise_round)
             if left_out:
@@ -243,7 +244,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         try:
             if (self.draining or self.moved_to) and header.worker_id not in self.aggregator.outstanding:
                 await self._gate(context)  # only gradients of pulls served here are taken before the shard leaves
-            usable = all_finite(gradient)
+            squared_norm = squared_norm_if_finite(gradient)
+            usable = squared_norm is not None
             if not usable and self.config.nonfinite == "reject":
                 raise Rejected(
                     grpc.StatusCode.INVALID_ARGUMENT,
@@ -263,7 +265,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         self.push_bytes_received += gradient.numel() * gradient.element_size()
         if usable:
             self.received.keep(outcome.gradient_id, Received(gradient, header.worker_id, header.batch_size,
-                                                             1 + len(header.contributors), self.mailboxes.held_check(header)))
+                                                             1 + len(header.contributors), self.mailboxes.held_check(header),
+                                                             squared_norm))
         now = time.monotonic()
         self.waits.arrived(outcome.gradient_id, header.worker_id, now)
         self.waits.settled(outcome.effects, outcome.gradient_id, now)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
@@ -12,10 +13,19 @@ from star.optim import build_optimizer
 from star.ps_server.board import Placement
 
 
-def all_finite(tensor: torch.Tensor) -> bool:
-    """Exact NaN/Inf check: a finite sum implies finite elements (NaN and Inf propagate through a sum),
-    so only a sum that overflowed needs the elementwise pass (which allocates a numel bool tensor)."""
-    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
+def squared_norm_if_finite(tensor: torch.Tensor) -> float | None:
+    """|g|² of a pushed gradient, or None when it holds a NaN or an Inf: the PS's finiteness check and the
+    small-batch half of its noise estimate in one read of the payload, at push time (off the round's
+    critical path; before, the round's closer read every gradient twice more). A finite dot product
+    implies finite elements, as a finite sum does: squares are never negative, so NaN and Inf survive
+    it. Only a dot that overflowed float32 (elements near 1e19) takes the exact, slower path."""
+    flat = tensor.reshape(-1)
+    squared = float(torch.dot(flat, flat))
+    if math.isfinite(squared):
+        return squared
+    if not bool(torch.isfinite(flat).all()):
+        return None
+    return float(torch.dot(flat.double(), flat.double()))
 
 
 def summation_order(gradient_ids: Iterable[int], senders: Mapping[int, int]) -> list[int]:

@@ -262,6 +262,17 @@ def test_a_round_begun_before_the_sum_and_finished_with_it_records_what_observe_
     assert split.rounds == 1 and NoiseAccumulator().begin_round(grads[:1], [8]) is None
 
 
+def test_a_round_given_its_squared_norms_records_what_it_would_compute():
+    """The PS reads each |g|² at push time, with its finiteness check: handing them over changes nothing."""
+    torch.manual_seed(2)
+    grads = [torch.randn(500) for _ in range(3)]
+    computed, given = NoiseAccumulator(), NoiseAccumulator()
+    computed.begin_round(grads, [8, 8, 16], [1, 1, 2])(grads[0] + grads[1] + grads[2])
+    norms = [float(g.dot(g)) for g in grads]
+    given.begin_round([torch.zeros(500)] * 3, [8, 8, 16], [1, 1, 2], norms)(grads[0] + grads[1] + grads[2])
+    assert given.small_sq == pytest.approx(computed.small_sq, rel=1e-6) and given.big_sq == computed.big_sq
+
+
 def test_noise_scale_is_none_until_estimable():
     assert noise_scale(0.0, 0.0, 0.0, 0.0) is None
     assert noise_scale(1.0, 2.0, 8, 32) is None  # big-batch norm larger: no positive noise

@@ -11,7 +11,7 @@ import torch
 from star.config import OptimizerConfig
 from star.flat import ShardRange
 from star.optim import build_optimizer
-from star.ps_server.shard import ShardState, summation_order
+from star.ps_server.shard import ShardState, squared_norm_if_finite, summation_order
 
 
 def test_a_rounds_gradients_are_summed_in_their_senders_order_not_in_arrival_order():
@@ -100,3 +100,21 @@ def test_the_update_shows_its_unscaled_sum_to_the_noise_estimate_before_stepping
     state.apply([g.clone() for g in grads], 1 / 3, on_sum=lambda total: seen.append(total.clone()))
     assert len(seen) == 1 and torch.equal(seen[0], torch.full((6,), 6.0))
     assert torch.allclose(state.param.data, torch.full((6,), -2.0))  # the step used the scaled sum
+
+
+def test_the_push_check_gives_a_finite_gradients_squared_norm():
+    gradient = torch.tensor([3.0, -4.0, 0.0, 12.0])
+    assert squared_norm_if_finite(gradient) == pytest.approx(169.0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_the_push_check_refuses_a_nan_or_an_inf_anywhere(bad):
+    gradient = torch.randn(10_000)
+    gradient[7_777] = bad
+    assert squared_norm_if_finite(gradient) is None
+
+
+def test_finite_values_whose_squares_overflow_float32_are_not_taken_for_inf():
+    """1e20 squared overflows float32: the check must look at the elements, not at the overflowed dot."""
+    gradient = torch.tensor([1e20, -1e20, 1.0])
+    assert squared_norm_if_finite(gradient) == pytest.approx(2e40)
