@@ -6,8 +6,8 @@ When the last gradient of a round arrives, the PS (on its one event loop, while 
 round waits in its pull) estimates the gradient noise, sums the round's gradients, scales the sum,
 steps the optimizer and publishes the new parameters for the pulls. Each gradient's squared norm (the
 small-batch half of the noise estimate) is read earlier, at its push, with the finiteness check
-(push_check_ms, once per push); until 26 Nov afternoon the closer read them (round_norms_at_close_ms). This times each phase with the
-PS's own code (star.ps_server.shard.ShardState, star.policy.noise.NoiseAccumulator) on random
+(push_check_ms, once per push); until 26 Nov afternoon the closer read them (round_norms_at_close_ms).
+This times each phase with the PS's own code (star.ps_server.shard.ShardState, star.policy.noise.NoiseAccumulator) on random
 float32 gradients of --numel elements, and, side by side in the same run, the ways they were done
 before: the noise estimate by its own copy and sum (NoiseAccumulator.observe) instead of reading the
 update's sum, and torch's per-op Adam loop instead of its fused kernel ("before"; the code before 26 Nov
