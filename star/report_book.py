@@ -7,7 +7,9 @@ the worker's *current* AMP setting: median compute seconds per sample, 2 x media
 seconds, the batch size of the latest of them, how many there are, and seconds since the
 worker was last heard of; and for batch sizing, the median of only the latest
 `SIZING_WINDOW` (2) of them, which a step in speed fills two reports sooner (sizing has its
-own smoothing and hysteresis, `star.policy.speeds`; the detector keeps the steadier median). So right after an AMP toggle a worker has no (or few) matching
+own smoothing and hysteresis, `star.policy.speeds`; the detector keeps the steadier median),
+with its relative standard error from the window's spread (so that sizing does not act on
+differences its measurements cannot resolve). So right after an AMP toggle a worker has no (or few) matching
 reports and the Controller waits for fresh ones, and reports under the other setting
 older than `keep` iterations are gone. Stored as numpy ring buffers (one row per worker),
 so summarising 1,000 simulated workers is a few array operations plus building the
@@ -33,6 +35,14 @@ def _median_rows(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
     lo = ordered[rows, np.maximum((n - 1) // 2, 0)]
     hi = ordered[rows, np.maximum(n // 2, 0)]
     return np.where(n > 0, np.where(n % 2 == 1, lo, (lo + hi) / 2), np.nan)
+
+
+def _relative_spread_rows(values: np.ndarray, valid: np.ndarray, median: np.ndarray) -> np.ndarray:
+    """Each row's robust standard deviation of one report, relative to its median: 1.4826 x the median
+    absolute deviation of its valid entries (0 where fewer than two)."""
+    mad = _median_rows(np.abs(values - median[:, None]), valid)
+    spread = 1.4826 * mad / np.where(median > 0, median, np.inf)
+    return np.where(valid.sum(axis=1) >= 2, np.nan_to_num(spread), 0.0)
 
 
 def _newest(valid: np.ndarray, seq: np.ndarray, k: int) -> np.ndarray:
@@ -110,7 +120,11 @@ class ReportBook:
         valid = (seq >= 0) & (seq >= (self.count[workers] - self.keep)[:, None])  # still in the 20-report deque
         per_sample_s = self.per_sample_s[a, workers]
         per_sample = _median_rows(per_sample_s, valid)
-        sizing = _median_rows(per_sample_s, _newest(valid, seq, min(SIZING_WINDOW, self.window)))
+        newest = _newest(valid, seq, min(SIZING_WINDOW, self.window))
+        sizing = _median_rows(per_sample_s, newest)
+        # How far sizing's median may be from the worker's true speed by chance: one report's spread over
+        # the window, over the square root of the reports in that median (star.policy.speeds.resolvable_speeds).
+        sizing_error = _relative_spread_rows(per_sample_s, valid, per_sample) / np.sqrt(np.maximum(newest.sum(axis=1), 1))
         comm = 2 * _median_rows(self.push_s[a, workers], valid)
         reports = valid.sum(axis=1)
         latest = (self.count_amp[a, workers] - 1) % self.window
@@ -120,5 +134,6 @@ class ReportBook:
         # reports == 0 tells the Controller it cannot be judged yet.
         has = reports > 0
         columns = (np.where(has, per_sample, 1.0), np.where(has, comm, 0.0), np.where(has, latest_batch, 1),
-                   np.where(a == 1, reports, 0), reports, silent, np.where(has, sizing, 1.0))
+                   np.where(a == 1, reports, 0), reports, silent, np.where(has, sizing, 1.0),
+                   np.where(has, sizing_error, 0.0))
         return dict(zip(workers.tolist(), map(WorkerSummary._make, zip(*(c.tolist() for c in columns)))))

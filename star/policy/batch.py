@@ -31,6 +31,7 @@ class BatchConfig:
     min_gain: float = 0.05  # resend sizes only when they cut the predicted slowest-worker time by this fraction...
     change_cost_iters: float = 1.0  # ...and the saving repays a change's cost (this many slowest-worker iterations:
     payback_iters: float = 10.0  # re-measuring at the new sizes) within this many iterations
+    noise_z: float = 1.0  # ...judged on speeds whose differences are shrunk by this many standard errors (0: as measured)
     speed_alpha: float = 0.3  # EMA weight of a decision's new per-sample time in the speeds sizing acts on (1: none)
     speed_band: float = 0.15  # a worker's speed for sizing moves only when its EMA leaves this relative band...
     speed_confirm: int = 2  # ...for this many decisions in a row
@@ -41,7 +42,7 @@ class BatchConfig:
     def __post_init__(self) -> None:
         for name, ok in (("min_batch", self.min_batch >= 1), ("max_factor", self.max_factor >= 1),
                          ("min_gain", 0 <= self.min_gain < 1), ("change_cost_iters", self.change_cost_iters >= 0),
-                         ("payback_iters", self.payback_iters > 0), ("speed_alpha", 0 < self.speed_alpha <= 1),
+                         ("payback_iters", self.payback_iters > 0), ("noise_z", self.noise_z >= 0), ("speed_alpha", 0 < self.speed_alpha <= 1),
                          ("speed_band", self.speed_band >= 0), ("speed_confirm", self.speed_confirm >= 1),
                          ("settle_max_periods", self.settle_max_periods >= 0),
                          ("speed_jump", self.speed_jump is None or self.speed_jump > 0)):

@@ -30,7 +30,7 @@ from star.policy.combine import amp_gain_under_batch, Sizes
 from star.policy.learned import LearnedSelector, load_model
 from star.policy.plan_scores import estimate
 from star.policy.selector import HeuristicSelector, SelectorConfig, same_shape, with_task_penalty
-from star.policy.speeds import SpeedTracker
+from star.policy.speeds import SpeedTracker, resolvable_speeds
 from star.policy.traffic import PsLayout, TrafficConfig, TrafficGuard
 
 FIXED_MODES = ("ssgd", "asgd", "kofn", "grouped", "ssp")
@@ -103,6 +103,7 @@ class WorkerSummary(NamedTuple):
     reports: int  # recent reports summarised
     silent_s: float = 0.0  # seconds since its last report
     recent_per_sample_s: float | None = None  # median over fewer, newer reports: what batch sizing acts on (None: per_sample_s)
+    sizing_rel_error: float = 0.0  # relative standard error of sizing_per_sample_s, from its reports' spread (0: unknown)
 
     @property
     def sizing_per_sample_s(self) -> float:
@@ -352,7 +353,9 @@ class Controller:
         for w in correcting:  # its reference is the estimate: the measurement replaces it, unconfirmed
             self.speeds.forget(w)
         unsettled = [w for w in workers if active[w].batch_size != self.batch_sizes.get(w, self.base_batch)]
-        if unsettled and not correcting and self._settle_waits < c.settle_max_periods:
+        # A large slowdown of a worker already at its new size is not the sizes' doing: not waited for
+        jumped = self.speeds.jumped({w: per_sample_s[w] for w in workers if w not in unsettled}) if unsettled else []
+        if unsettled and not correcting and not jumped and self._settle_waits < c.settle_max_periods:
             # The sizes last sent are not measured yet: speeds taken under the old sizes would judge them
             # (and on shared cores a worker's speed depends on its host mates' batches).
             self._settle_waits += 1
@@ -369,18 +372,27 @@ class Controller:
             return {}
         current = {w: self.batch_sizes.get(w, self.base_batch) for w in workers}
         gain, required = predicted_gain(current, proposed, per_sample, fixed), 0.0 if correcting else c.required_gain()
-        if proposed == current or gain < required:
+        # Judged on the differences the measurements resolve: noise alone would pass the minimum gain
+        resolved = resolvable_speeds(per_sample, {w: active[w].sizing_rel_error for w in workers}, c.noise_z)
+        resolved_gain = predicted_gain(current, proposed, resolved, fixed)
+        if proposed == current or gain < required or (resolved_gain < required and not correcting):
             return {}
         self.batch_sizes.update(proposed)
         events.append({"kind": "batch_sizes", "sizes": {str(w): b for w, b in proposed.items()},
                        "per_sample_ms": {str(w): round(per_sample[w] * 1e3, 4) for w in workers},
                        "speeds_moved": {str(m.worker): [None if m.old_s is None else round(m.old_s * 1e3, 4),
                                                         round(m.new_s * 1e3, 4)] for m in moved},
-                       "predicted_gain": round(gain, 3), "required_gain": round(required, 3),
+                       **({"unsettled": unsettled, "jumped": jumped} if jumped else {}),
+                       "predicted_gain": round(gain, 3), "resolved_gain": round(resolved_gain, 3),
+                       "required_gain": round(required, 3),
                        "reason": f"balance iteration times under a global batch of {global_batch}: predicted "
                                  + (f"{gain:.1%} faster iterations; corrects sizes set at an estimated speed (AMP off "
                                     f"after a recovery) for worker(s) {sorted(correcting)}" if correcting else
-                                    f"{gain:.1%} faster iterations >= {required:.0%} (min gain, or a change's cost repaid)")})
+                                    f"{gain:.1%} faster iterations ({resolved_gain:.1%} on the speed differences beyond "
+                                    f"{c.noise_z:g} standard error(s) of their measurement) >= {required:.0%} (min gain, "
+                                    "or a change's cost repaid)")
+                                 + (f"; not waiting for worker(s) {unsettled} to report at their new sizes: worker(s) "
+                                    f"{jumped} slowed by more than {c.speed_jump:.0%} at theirs" if jumped else "")})
         return proposed
 
     def _amp_added_gain(self, worker: int, plain_s: Mapping[int, float], active: Mapping[int, WorkerSummary],

@@ -10,7 +10,7 @@ from star.plan import ssgd
 from star.policy.amp import AmpState
 from star.policy.batch import BatchConfig
 from star.policy.controller import ControlConfig, Controller, for_strategy, WorkerSummary
-from star.policy.speeds import SpeedTracker
+from star.policy.speeds import SpeedTracker, resolvable_speeds
 
 
 def summaries(per_sample: dict[int, float], amp_reports: dict[int, int] | None = None,
@@ -330,3 +330,69 @@ def test_a_worker_slow_again_long_after_it_recovered_is_verified_afresh():
     events = [e for d in amp_stream(controller, slow, lambda p: slow(p) / 1.84, 40) for e in d.events]
     reasons = [e["reason"].split(":")[0] for e in events if e["kind"] == "amp"]
     assert reasons == ["straggler", "verified", "recovered", "straggler", "verified"]
+
+
+def first_decision_resizes(noise_z: float, speeds: dict[int, float], rel_error: float) -> bool:
+    config = ControlConfig(batching=BatchConfig(noise_z=noise_z))
+    controller = Controller(for_strategy(config, "batch"), len(speeds), 64)
+    given = {w: WorkerSummary(t, 0.002, 64, 0, 4, sizing_rel_error=rel_error) for w, t in speeds.items()}
+    return bool(controller.decide(0, ssgd(range(len(speeds)), epoch=1), given).batch_sizes)
+
+
+def noisy_equal_speeds(seed: int, cv: float = 0.07) -> dict[int, float]:
+    rng = np.random.default_rng(seed)
+    return {w: 4.5e-3 * float(rng.lognormal(0.0, cv)) for w in range(4)}
+
+
+def test_first_sizes_are_not_set_on_differences_within_the_measurement_error():
+    """Equal workers measured with a 7% error: as measured, the solver's sizes pass the 10% minimum gain
+    on some draws (and are then slower in truth); judged on the resolvable differences, on none."""
+    draws = range(200)
+    assert sum(first_decision_resizes(0.0, noisy_equal_speeds(s), 0.07) for s in draws) >= 10
+    assert sum(first_decision_resizes(1.0, noisy_equal_speeds(s), 0.07) for s in draws) == 0
+
+
+@pytest.mark.parametrize("slowdown", [1.6, 2.0, 3.0])
+def test_a_straggler_beyond_the_measurement_error_is_sized_at_the_first_decision(slowdown):
+    assert first_decision_resizes(1.0, {0: 4.5e-3, 1: 4.5e-3, 2: 4.5e-3, 3: 4.5e-3 * slowdown}, 0.07)
+
+
+def test_a_resize_event_states_the_gain_on_the_resolvable_differences():
+    controller = Controller(for_strategy(ControlConfig(), "batch"), 4, 64)
+    given = {w: WorkerSummary(4.5e-3 * (2.0 if w == 3 else 1.0), 0.002, 64, 0, 4, sizing_rel_error=0.07) for w in range(4)}
+    event = next(e for e in controller.decide(0, ssgd(range(4), epoch=1), given).events if e["kind"] == "batch_sizes")
+    assert event["required_gain"] <= event["resolved_gain"] < event["predicted_gain"]
+    assert "standard error" in event["reason"]
+
+
+def test_resolvable_speeds_shrink_each_difference_by_its_error_and_pool_tiny_errors():
+    speeds = {0: 1.0, 1: 1.05, 2: 0.97, 3: 2.0}
+    resolved = resolvable_speeds(speeds, {0: 0.1, 1: 0.1, 2: 0.0, 3: 0.1}, z=1.0)
+    median = 1.025
+    assert resolved[0] == resolved[1] == resolved[2] == pytest.approx(median)  # worker 2's 0 error is pooled up
+    assert resolved[3] == pytest.approx(median * (2.0 / median - 1 - 0.1 + 1))
+    assert resolvable_speeds(speeds, {w: 0.1 for w in speeds}, z=0.0) == speeds
+
+
+def test_a_large_slowdown_is_resized_without_waiting_for_the_last_sizes_to_be_measured():
+    """Worker 3 was sized down; before it reports at its new size, worker 2 (already at its own) slows 3x."""
+    controller = Controller(for_strategy(ControlConfig(), "batch"), 4, 64)
+    plan = ssgd(range(4), epoch=1)
+    speeds = {0: 4e-3, 1: 4e-3, 2: 4e-3, 3: 12e-3}
+    first = controller.decide(0, plan, {w: WorkerSummary(t, 0.002, 64, 0, 4) for w, t in speeds.items()}).batch_sizes
+    assert first[3] < 64 < first[2]
+    # worker 3 still reports at 64; worker 2 at its new size, 3x slower
+    reported = {w: WorkerSummary(t, 0.002, 64 if w == 3 else first[w], 0, 4) for w, t in {**speeds, 2: 12e-3}.items()}
+    second = controller.decide(1, plan, reported)
+    assert second.batch_sizes and second.batch_sizes[2] < first[2]
+    event = next(e for e in second.events if e["kind"] == "batch_sizes")
+    assert event["jumped"] == [2] and event["unsettled"] == [3] and "not waiting" in event["reason"]
+
+
+def test_without_a_large_slowdown_a_resize_still_waits_to_be_measured():
+    controller = Controller(for_strategy(ControlConfig(), "batch"), 4, 64)
+    plan = ssgd(range(4), epoch=1)
+    speeds = {0: 4e-3, 1: 4e-3, 2: 4e-3, 3: 12e-3}
+    first = controller.decide(0, plan, {w: WorkerSummary(t, 0.002, 64, 0, 4) for w, t in speeds.items()}).batch_sizes
+    reported = {w: WorkerSummary(t, 0.002, 64 if w == 3 else first[w], 0, 4) for w, t in {**speeds, 2: 5e-3}.items()}
+    assert controller.decide(1, plan, reported).batch_sizes == {}
