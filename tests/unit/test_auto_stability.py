@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from star.errors import ConfigError
 from star.plan import ssgd
 from star.policy.amp import AmpState
 from star.policy.batch import BatchConfig
@@ -396,3 +397,8 @@ def test_without_a_large_slowdown_a_resize_still_waits_to_be_measured():
     first = controller.decide(0, plan, {w: WorkerSummary(t, 0.002, 64, 0, 4) for w, t in speeds.items()}).batch_sizes
     reported = {w: WorkerSummary(t, 0.002, 64 if w == 3 else first[w], 0, 4) for w, t in {**speeds, 2: 5e-3}.items()}
     assert controller.decide(1, plan, reported).batch_sizes == {}
+
+
+def test_a_negative_noise_z_names_its_field():
+    with pytest.raises(ConfigError, match="control.batching.noise_z"):
+        BatchConfig(noise_z=-0.5)
