@@ -42,8 +42,9 @@ class BatchConfig:
     def __post_init__(self) -> None:
         for name, ok in (("min_batch", self.min_batch >= 1), ("max_factor", self.max_factor >= 1),
                          ("min_gain", 0 <= self.min_gain < 1), ("change_cost_iters", self.change_cost_iters >= 0),
-                         ("payback_iters", self.payback_iters > 0), ("noise_z", self.noise_z >= 0), ("speed_alpha", 0 < self.speed_alpha <= 1),
-                         ("speed_band", self.speed_band >= 0), ("speed_confirm", self.speed_confirm >= 1),
+                         ("payback_iters", self.payback_iters > 0), ("noise_z", self.noise_z >= 0),
+                         ("speed_alpha", 0 < self.speed_alpha <= 1), ("speed_band", self.speed_band >= 0),
+                         ("speed_confirm", self.speed_confirm >= 1),
                          ("settle_max_periods", self.settle_max_periods >= 0),
                          ("speed_jump", self.speed_jump is None or self.speed_jump > 0)):
             if not ok:

@@ -67,7 +67,7 @@ class SpeedTracker:
                 self.seen.add(w)
                 changes.append(SpeedChange(w, None, start))
                 continue
-            if self.jump is not None and s > track.reference_s * (1 + self.jump):
+            if self._is_jump(track, s):
                 # A large slowdown is followed at once: a worker holding a big batch holds the whole round back
                 changes.append(SpeedChange(w, track.reference_s, s))
                 track.reference_s = track.ema_s = s
@@ -87,10 +87,10 @@ class SpeedTracker:
 
     def jumped(self, per_sample_s: Mapping[int, float]) -> list[int]:
         """The tracked workers whose newest time is a large slowdown (what `observe` follows at once)."""
-        if self.jump is None:
-            return []
-        return sorted(w for w, s in per_sample_s.items()
-                      if w in self.tracks and s > self.tracks[w].reference_s * (1 + self.jump))
+        return sorted(w for w, s in per_sample_s.items() if w in self.tracks and self._is_jump(self.tracks[w], s))
+
+    def _is_jump(self, track: _Track, s: float) -> bool:
+        return self.jump is not None and s > track.reference_s * (1 + self.jump)
 
     def reference(self, workers: Mapping[int, float] | list[int]) -> dict[int, float]:
         """The reference per-sample time of each of `workers` (all observed before)."""
