@@ -46,18 +46,39 @@ def first_decision(rng: np.random.Generator, slowdown: float, noise_cv: float, n
     return predicted_gain({w: BATCH for w in range(WORKERS)}, sizes, true_s, {w: COMM_S for w in range(WORKERS)})
 
 
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def float_list(text: str) -> list[float]:
+    """'1.0,1.5' -> [1.0, 1.5]; every value >= 0."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers, got {text!r}") from None
+    if any(not v >= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"values must be >= 0, got {text!r}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--draws", type=int, default=2000)
+    parser.add_argument("--draws", type=positive_int, default=2000)
     parser.add_argument("--noise-cv", type=float, default=0.10)
-    parser.add_argument("--slowdowns", default="1.0,1.1,1.2,1.3,1.5,2.0,3.0")
-    parser.add_argument("--z", default="0,1", help="noise_z values compared (0: as measured, the rule before)")
+    parser.add_argument("--slowdowns", type=float_list, default="1.0,1.1,1.2,1.3,1.5,2.0,3.0")
+    parser.add_argument("--z", type=float_list, default="0,1", help="noise_z values compared (0: as measured, the rule before)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if 0 in args.slowdowns:
+        parser.error(f"argument --slowdowns: values must be > 0, got {args.slowdowns}")
+    if not args.noise_cv >= 0:
+        parser.error(f"argument --noise-cv: must be >= 0, got {args.noise_cv}")
     rows = []
     print(f"{'slowdown':>8} {'noise_z':>7} {'act_rate':>8} {'true_gain_when_acting':>21}")
-    for slowdown in (float(x) for x in args.slowdowns.split(",")):
-        for z in (float(x) for x in args.z.split(",")):
+    for slowdown in args.slowdowns:
+        for z in args.z:
             rng = np.random.default_rng(args.seed)  # the same draws for every z
             gains = [first_decision(rng, slowdown, args.noise_cv, z) for _ in range(args.draws)]
             acted = [g for g in gains if g is not None]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks import batch_noise
 
 
@@ -15,3 +17,12 @@ def test_noise_alone_resizes_only_without_the_noise_test_and_a_3x_straggler_alwa
     assert rate[(3.0, 0.0)] == rate[(3.0, 1.0)] == 1.0
     noisy = next(r for r in figures["rows"] if (r["slowdown"], r["noise_z"]) == (1.0, 0.0))
     assert noisy["true_gain_when_acting"] < 0  # resizes on noise make the round slower in truth
+
+
+@pytest.mark.parametrize("flags, named", [(["--slowdowns", "abc"], "--slowdowns"), (["--draws", "0"], "--draws"),
+                                          (["--z", "1,-1"], "--z"), (["--slowdowns", "0,2"], "--slowdowns"),
+                                          (["--noise-cv", "-1"], "--noise-cv")])
+def test_a_bad_flag_is_one_line_naming_it(flags, named, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        batch_noise.main(flags)
+    assert exit_info.value.code == 2 and named in capsys.readouterr().err
