@@ -26,7 +26,8 @@ the shared monotonic clock, a little after the driver announced it, for every wo
 alike, and lasts until the last of them finishes: neither side is timed from a barrier of its own, and
 neither is charged for the driver's staggered messages. Every process computes with one intra-op thread.
 --doorbell off makes the workers send their shared-memory headers by the PushShm/PullShm RPCs instead of
-the PS's doorbell socket (star/rpc/doorbell.py), for comparison. Figures are medians over --iterations rounds after --warmup untimed ones. Progress
+the PS's doorbell socket (star/rpc/doorbell.py), for comparison; --grad-segment off makes them copy
+their gradient into each PS's mailbox instead of leaving it in their shared gradient segment. Figures are medians over --iterations rounds after --warmup untimed ones. Progress
 goes to stderr; the last line on stdout is one JSON object.
 """
 
@@ -105,7 +106,7 @@ def _rounds(procs: Processes, args: argparse.Namespace, numel: int, addresses: l
     workers = [procs.driver(f"worker{w}", args.ps + w, ["--role", "worker", "--rank", str(w), "--world", str(args.workers),
                                                              "--addresses", ",".join(addresses), "--numel", str(numel),
                                                              "--transport", transport, "--wire", args.wire,
-                                                             "--doorbell", args.doorbell])
+                                                             "--doorbell", args.doorbell, "--grad-segment", args.grad_segment])
                for w in range(args.workers)]
     if workers[0].read() != "ready":
         raise RuntimeError("worker 0 did not get ready")
@@ -129,11 +130,14 @@ def _rounds(procs: Processes, args: argparse.Namespace, numel: int, addresses: l
         for driver in drivers:
             driver.send(command)
 
+    segments: set[str] = set()
+
     def ps_round() -> tuple[float, float, set[str], set[str]]:
         go(workers)
         answers = [w.read().split() for w in workers]
         push = max(float(a[0]) for a in answers)
         total = max(float(a[0]) + float(a[1]) for a in answers)
+        segments.update(a[4] for a in answers)
         return push, total, {a[2] for a in answers}, {a[3] for a in answers}
 
     def all_reduce() -> float:
@@ -160,7 +164,8 @@ def _rounds(procs: Processes, args: argparse.Namespace, numel: int, addresses: l
         if answer != "ok":
             raise RuntimeError(f"{driver.name} check failed: {answer}")
     return {"pushes": pushes, "rounds": rounds, "reduces": reduces, "transport": used.pop() if len(used) == 1 else "mixed",
-            "headers": headers.pop() if len(headers) == 1 else "mixed", "gloo_world": gloo_world}
+            "headers": headers.pop() if len(headers) == 1 else "mixed", "gloo_world": gloo_world,
+            "grad_segment": segments.pop() if len(segments) == 1 else "mixed"}
 
 
 def run(args: argparse.Namespace, numel: int) -> dict:
@@ -192,7 +197,8 @@ def run(args: argparse.Namespace, numel: int) -> dict:
         if any(codes):
             raise RuntimeError(f"drivers exited with codes {codes}")
     label = f"{args.workers} worker(s) x {args.ps} PS ({figures['transport']}, {args.wire}"
-    label += f", headers by {figures['headers']})" if figures["transport"] == "shm" else ")"
+    label += f", headers by {figures['headers']}, gradient segment {figures['grad_segment']})" \
+        if figures["transport"] == "shm" else ")"
     progress(f"PS push ({label}): {summary(figures['pushes'])}")
     progress(f"PS push+pull round ({label}): {summary(figures['rounds'])}")
     progress(f"gloo all-reduce ({gloo_world} ranks): {summary(figures['reduces'])}")
@@ -205,6 +211,7 @@ def run(args: argparse.Namespace, numel: int) -> dict:
         "transport": figures["transport"],
         "wire": args.wire,
         "headers": figures["headers"] if figures["transport"] in ("shm", "socket") else "grpc",
+        "grad_segment": figures["grad_segment"],  # "on": every push was summed from the workers' segments
         "netns": args.netns,
         "gloo_ranks": gloo_world,
         "ps_round_trip_s": round(ps_s, 6),
@@ -229,6 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wire", choices=tuple(WIRES), default="fp32", help="payload dtype across hosts (default fp32)")
     p.add_argument("--doorbell", choices=("on", "off"), default="on",
                    help="shared-memory headers by the PS's doorbell socket (on) or by gRPC calls (off) (default on)")
+    p.add_argument("--grad-segment", choices=("on", "off"), default="on",
+                   help="same-host workers keep their gradient in a shared-memory segment that the PSs sum from, "
+                        "as CPU training workers do (on), or copy it into each PS's mailbox (off) (default on)")
     p.add_argument("--netns", action="store_true", help="every process on a host of its own (network namespaces; root)")
     p.add_argument("--iterations", type=int, default=20, help="timed rounds per measurement (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
@@ -253,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         die_with_parent(args.parent_pid)
         if args.role == "worker":
             ps_worker_main(args.rank, args.world, args.addresses.split(","), args.numel, args.transport, WIRES[args.wire],
-                           doorbell=args.doorbell == "on")
+                           doorbell=args.doorbell == "on", grad_segment=args.grad_segment == "on")
         else:
             gloo_rank_main(args.rank, args.world, args.master, args.numel)
         return 0

@@ -161,53 +161,78 @@ def sleep_until(instant: float) -> None:
 
 
 def ps_worker_main(worker: int, workers: int, addresses: list[str], numel: int, transport: str, wire: str,
-                   doorbell: bool = True) -> None:
+                   doorbell: bool = True, grad_segment: bool = True) -> None:
     """A worker driver: registers, (worker 0) initialises the PSs and sets an SSGD plan over every
     worker; "go START" pushes its gradient at the monotonic instant START and pulls the parameters,
-    answering "push_s pull_s transport headers" (push_s counted from START; headers: doorbell, socket or grpc)."""
+    answering "push_s pull_s transport headers segment" (push_s counted from START; headers: doorbell, socket or
+    grpc; segment: on when every PS sums this worker's gradient from its segment).
+    `grad_segment`: the gradient lives in a shared-memory segment, as a CPU training worker's does (its
+    backward writes there), so a same-host push copies nothing; before each round the gradient is written
+    again, untimed, as a backward would (and as the gloo ranks refill their buffer)."""
+    import contextlib
+
     import torch
 
-    from star.plan import ssgd
     from star.rpc.ps_client import PSClient
+    from star.shm import GradSegment, grad_segment_name
 
     torch.set_num_threads(1)
     generator = torch.Generator().manual_seed(worker)
     params = torch.randn(numel, generator=generator)
-    grads = torch.randn(numel, generator=generator).mul_(1e-3)
-    with PSClient(addresses, worker_id=worker, transport=transport, wire=wire, doorbell=doorbell) as client:
-        client.wait_ready(60.0)
-        replies = client.register(numel, timeout_s=RPC_TIMEOUT_S)  # a loaded host may take long to answer
-        if worker == 0:
-            client.init_if_needed(params, replies, timeout_s=RPC_TIMEOUT_S)
-            client.configure(ssgd(list(range(workers)), epoch=1), timeout_s=RPC_TIMEOUT_S)
-        print("ready", flush=True)
-        iteration = 0
-        for line in sys.stdin:
-            command = line.strip()
-            if command == "end":
-                break
-            if command == "pull":  # the first pull (untimed): every worker after the plan is set
-                client.pull(params, timeout_s=RPC_TIMEOUT_S)
-                print("ok", flush=True)
-            elif command.startswith("go "):
-                t0 = float(command.split()[1])
-                sleep_until(t0)
-                # With a batch size, as a training worker pushes: the PS then estimates the gradient noise
-                # of each round, part of the round's cost that a job pays (before 26 Nov this pushed none).
-                client.push(grads, iteration=iteration, timeout_s=RPC_TIMEOUT_S, batch_size=1)
-                t1 = time.monotonic()
-                client.pull(params, timeout_s=RPC_TIMEOUT_S)
-                t2 = time.monotonic()
-                iteration += 1
-                headers = "doorbell" if all(bell is not None for bell in client.doorbells) else \
-                    "socket" if all(channel is not None for channel in client.sockets) else "grpc"
-                print(f"{t1 - t0!r} {t2 - t1!r} {client.transport_used} {headers}", flush=True)
-            elif command == "check":
-                versions = {v.version for v in client.views}
-                good = versions == {iteration} and bool(torch.isfinite(params).all())
-                print("ok" if good else f"versions {sorted(versions)} after {iteration} rounds", flush=True)
-            else:
-                raise SystemExit(f"datapath worker {worker}: unknown command {command!r}")
+    source = torch.randn(numel, generator=generator).mul_(1e-3)
+    segment = GradSegment.create(grad_segment_name("datapath", worker), numel, len(addresses))[0] \
+        if grad_segment and transport != "grpc" else None
+    grads = segment.area if segment is not None else source.clone()
+    with contextlib.ExitStack() as stack:
+        if segment is not None:
+            stack.callback(segment.close)
+        client = stack.enter_context(PSClient(addresses, worker_id=worker, transport=transport, wire=wire,
+                                              doorbell=doorbell, grad_segment=segment))
+        _drive_worker(client, worker, workers, params, grads, source)
+
+
+def _drive_worker(client, worker: int, workers: int, params, grads, source) -> None:
+    """The worker driver's command loop (see ps_worker_main)."""
+    import torch
+
+    from star.plan import ssgd
+
+    numel = params.numel()
+    client.wait_ready(60.0)
+    replies = client.register(numel, timeout_s=RPC_TIMEOUT_S)  # a loaded host may take long to answer
+    if worker == 0:
+        client.init_if_needed(params, replies, timeout_s=RPC_TIMEOUT_S)
+        client.configure(ssgd(list(range(workers)), epoch=1), timeout_s=RPC_TIMEOUT_S)
+    print("ready", flush=True)
+    iteration = 0
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "end":
+            break
+        if command == "pull":  # the first pull (untimed): every worker after the plan is set
+            client.pull(params, timeout_s=RPC_TIMEOUT_S)
+            print("ok", flush=True)
+        elif command.startswith("go "):
+            t0 = float(command.split()[1])
+            grads.copy_(source)  # this round's gradient, as a backward writes it (untimed)
+            sleep_until(t0)
+            # With a batch size, as a training worker pushes: the PS then estimates the gradient noise
+            # of each round, part of the round's cost that a job pays (before 26 Nov this pushed none).
+            client.push(grads, iteration=iteration, timeout_s=RPC_TIMEOUT_S, batch_size=1)
+            t1 = time.monotonic()
+            client.pull(params, timeout_s=RPC_TIMEOUT_S)
+            t2 = time.monotonic()
+            iteration += 1
+            headers = "doorbell" if all(bell is not None for bell in client.doorbells) else \
+                "socket" if all(channel is not None for channel in client.sockets) else "grpc"
+            zero_copy = "on" if all(client.grad_mapped) else "off"
+            print(f"{t1 - t0!r} {t2 - t1!r} {client.transport_used} {headers} {zero_copy}", flush=True)
+        elif command == "check":
+            versions = {v.version for v in client.views}
+            good = versions == {iteration} and bool(torch.isfinite(params).all())
+            print("ok" if good else f"versions {sorted(versions)} after {iteration} rounds", flush=True)
+        else:
+            raise SystemExit(f"datapath worker {worker}: unknown command {command!r}")
 
 
 def gloo_rank_main(rank: int, world: int, master: str, numel: int) -> None:

@@ -58,6 +58,20 @@ class FlatModel:
                 offset += n
         self._params = params
 
+    def rebind_grads(self, buffer: torch.Tensor) -> None:
+        """Make `buffer` (e.g. a shared-memory segment, star/shm.py GradSegment) the flat gradient: every
+        `param.grad` becomes a view of it, so backward writes the gradient there and a push copies nothing."""
+        if buffer.numel() != self.numel or buffer.dtype != torch.float32 or buffer.device != self.grads.device:
+            raise FlatError(f"gradient buffer of {buffer.numel()} {buffer.dtype} on {buffer.device} does not fit "
+                            f"{self.numel} float32 on {self.grads.device}")
+        buffer.copy_(self.grads)
+        self.grads = buffer
+        offset = 0
+        for p in self._params:
+            n = p.numel()
+            p.grad = buffer[offset : offset + n].view_as(p)
+            offset += n
+
     def zero_grad(self) -> None:
         """Zero in place: `optimizer.zero_grad(set_to_none=True)` would break the views."""
         self.grads.zero_()

@@ -18,9 +18,16 @@ still never takes a mix of two versions: a writer clears the stamp before it wri
 stamp that does not match is refused (`bad_shm_seq` at the PS, or the gradient left out of its sum),
 never used. (Store order is x86's TSO.)
 
-No leaks: names carry the job and the owning PS's pid (`star-<job>-<pid>-ps<i>-w<worker>`,
-`...-ps<i>-board`, and the doorbell socket `...-ps<i>-bell`); a PS
-unlinks its mailboxes when it exits, and `sweep()` (run when a PS or a launcher starts and when a
+Zero copy on the push (`GradSegment`): a same-host CPU worker computes its whole flat gradient
+straight into a segment it owns, and each PS that could map it sums its range from there, so the
+push moves no bytes at all. The same ownership rule holds, with the worker's stamps one per shard:
+the worker clears them all before it writes a gradient (`begin_write`, after the pull that ended
+the previous round) and stamps shard i when it pushes to PS i; the PS checks the stamp before and
+after using the range, like a mailbox's.
+
+No leaks: names carry the job and the owning process's pid (`star-<job>-<pid>-ps<i>-w<worker>`,
+`...-ps<i>-board`, the doorbell socket `...-ps<i>-bell`, and a worker's `star-<job>-<pid>-w<worker>-grad`);
+a PS unlinks its mailboxes when it exits, a worker its gradient segment, and `sweep()` (run when a PS or a launcher starts and when a
 launcher ends) unlinks every mailbox whose owner is gone, which is what a kill -9 leaves behind.
 The files are created 0600, so only the job's user can map them; callers still pass the job token.
 """
@@ -47,7 +54,8 @@ _NONCE_BYTES = 16
 _NUMEL, _PUSH_SEQ, _PULL_SEQ, _PULL_VERSION = 3, 4, 5, 6
 _BOARD_WORDS = 8  # a pull board's first slot word; each slot has two (stamp, version)
 MAX_BOARD_SLOTS = (HEADER_BYTES // 8 - _BOARD_WORDS) // 2
-_NAME = re.compile(r"^star-(?P<job>[A-Za-z0-9_]{1,32})-(?P<pid>\d+)-ps\d+-(w\d+|board|bell)$")
+_NAME = re.compile(r"^star-(?P<job>[A-Za-z0-9_]{1,32})-(?P<pid>\d+)-(ps\d+-(w\d+|board|bell)|w\d+-grad)$")
+MAX_GRAD_SHARDS = HEADER_BYTES // 8 - _BOARD_WORDS  # a gradient segment's stamp words, one per PS shard
 
 
 class ShmError(RuntimeError):
@@ -94,6 +102,10 @@ def sweep(directory: Path = SHM_DIR) -> list[str]:
 
 def mailbox_bytes(numel: int) -> int:
     return HEADER_BYTES + 2 * 4 * numel
+
+
+def grad_segment_name(job_id: str, worker: int, pid: int | None = None) -> str:
+    return f"{PREFIX}{job_tag(job_id)}-{os.getpid() if pid is None else pid}-w{worker}-grad"
 
 
 def board_name(job_id: str, ps_index: int, pid: int | None = None) -> str:
@@ -152,7 +164,7 @@ class _Segment:
         try:
             fd = os.open(path, os.O_RDWR)
         except OSError as exc:
-            raise ShmError(f"cannot open {path}: {exc.strerror} (the PS is on another host?)") from None
+            raise ShmError(f"cannot open {path}: {exc.strerror} (the other process is on another host?)") from None
         try:
             size = os.fstat(fd).st_size
         except OSError:
@@ -164,7 +176,7 @@ class _Segment:
         segment = cls(path, numel, *extra, owner=False, fd=fd)
         if int(segment._header[0]) != MAGIC or segment._header[1:3].tobytes() != nonce or int(segment._header[_NUMEL]) != numel:
             segment.close()
-            raise ShmError(f"{path} is not the mailbox this PS announced (nonce differs: another host's /dev/shm?)")
+            raise ShmError(f"{path} is not the segment announced (nonce differs: another host's /dev/shm?)")
         return segment
 
     def _check_stamp(self, word: int, seq: int, what: str) -> None:
@@ -310,6 +322,64 @@ class PullBoard(_Segment):
 
     def slot_intact(self, slot: int, seq: int) -> bool:
         return int(self._header[_BOARD_WORDS + 2 * slot]) == seq
+
+
+class GradSegment(_Segment):
+    """A worker's whole flat gradient in shared memory (create: the worker, whose model's `.grad`s are
+    views of `area`; attach: every same-host PS, which reads its own range). Header words: one push
+    stamp per shard (`shards` of them), written by the worker only."""
+
+    def __init__(self, path: Path, numel: int, shards: int, owner: bool, fd: int):
+        super().__init__(path, numel, numel, owner, fd)
+        self.shards = shards
+        self.area = self._area(0)
+        self._seq = 0
+
+    @classmethod
+    def create(cls, name: str, numel: int, shards: int, directory: Path = SHM_DIR) -> tuple["GradSegment", bytes]:
+        if not 1 <= shards <= MAX_GRAD_SHARDS:
+            raise ShmError(f"shards {shards} is outside 1..{MAX_GRAD_SHARDS}")
+        return cls._create(name, numel, numel, directory, shards)
+
+    @classmethod
+    def attach(cls, name: str, numel: int, shards: int, nonce: bytes, directory: Path = SHM_DIR) -> "GradSegment":
+        if not 1 <= shards <= MAX_GRAD_SHARDS:
+            raise ShmError(f"shm_grad_shards {shards} is outside 1..{MAX_GRAD_SHARDS}")
+        return cls._attach(name, numel, numel, nonce, directory, shards)
+
+    def _word(self, shard: int) -> int:
+        if not 0 <= shard < self.shards:
+            raise ShmError(f"shard {shard} is outside 0..{self.shards - 1} of {self.path.name}")
+        return _BOARD_WORDS + shard
+
+    # ---- the worker's side -----------------------------------------------------
+    def begin_write(self) -> None:
+        """Clear every shard's stamp: a new gradient is about to be written (a PS still holding the last
+        one, against the rule, sees its stamp change and leaves it out)."""
+        self._header[_BOARD_WORDS : _BOARD_WORDS + self.shards] = 0
+
+    def stamp(self, shard: int) -> int:
+        """Stamp shard `shard`'s range as pushed (it belongs to that PS now); returns the stamp for the header."""
+        self._seq += 1
+        self._header[self._word(shard)] = self._seq
+        return self._seq
+
+    # ---- both sides ------------------------------------------------------------
+    def intact(self, shard: int, seq: int) -> bool:
+        """Whether shard `shard`'s range still holds the gradient stamped `seq` (nothing written since)."""
+        return seq != 0 and int(self._header[self._word(shard)]) == seq
+
+    # ---- the PS's side ---------------------------------------------------------
+    def push_view(self, shard: int, seq: int, start: int, end: int) -> torch.Tensor:
+        """Elements [start, end) stamped `seq` for shard `shard`, in place (no copy); check `intact` after use."""
+        self._check_stamp(self._word(shard), seq, "gradient segment")
+        if not 0 <= start <= end <= self.numel:
+            raise ShmError(f"range [{start}, {end}) is outside the {self.numel} elements of {self.path.name}")
+        return self.area[start:end]
+
+    def _release_views(self) -> None:
+        super()._release_views()
+        self.area = None  # type: ignore[assignment]
 
 
 def transport_in_use(stats: list) -> tuple[str, str]:

@@ -196,10 +196,10 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         if self.shard is not None:
             reply.range_start, reply.range_end = self.shard.range.start, self.shard.range.end
             reply.total_numel = self.total_numel or 0
-        numel = shard_ranges(request.total_numel, self.config.num_ps)[self.config.ps_index].numel \
-            if request.total_numel >= self.config.num_ps else 0
-        if request.want_shm and numel:
-            self.mailboxes.offer(request.worker_id, numel).fill(reply)
+        own = shard_ranges(request.total_numel, self.config.num_ps)[self.config.ps_index] \
+            if request.total_numel >= self.config.num_ps else None
+        if request.want_shm and own is not None and own.numel:
+            self.mailboxes.offer(request, own.numel, own.start).fill(reply)
         return reply
 
     async def Init(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.InitReply:

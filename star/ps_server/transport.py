@@ -23,7 +23,7 @@ from star.logs import log
 from star.rpc import star_pb2 as pb
 from star.rpc.common import max_stream_chunks
 from star.ps_server.board import BoardSlots, Placement
-from star.shm import Mailbox, PullBoard, ShmError, board_name, mailbox_name, sweep
+from star.shm import GradSegment, Mailbox, PullBoard, ShmError, board_name, mailbox_name, sweep
 
 logger = logging.getLogger("ps")
 
@@ -84,6 +84,33 @@ class MailboxPayload:
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_shm_seq", str(exc)) from None
 
 
+class GradSegmentPayload:
+    """A push whose gradient is this PS's range of the worker's gradient segment, stamped shm_seq."""
+
+    def __init__(self, link: "GradLink", seq: int):
+        self.link, self.seq = link, seq
+
+    def add(self, chunk: pb.TensorChunk) -> None:
+        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_stream", "a shared-memory push (shm_seq > 0) carries no chunks")
+
+    def finish(self) -> torch.Tensor:
+        """The gradient in place in the worker's segment (the same ownership rule as a mailbox's): no copy."""
+        try:
+            return self.link.segment.push_view(self.link.shard, self.seq, self.link.start, self.link.start + self.link.numel)
+        except ShmError as exc:
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_shm_seq", str(exc)) from None
+
+
+@dataclass(frozen=True)
+class GradLink:
+    """A worker's gradient segment as this PS mapped it: its stamp word and this PS's range in it."""
+
+    segment: GradSegment
+    shard: int
+    start: int
+    numel: int
+
+
 @dataclass(frozen=True)
 class Offer:
     """What a worker that asked for shared memory is told at Register (empty names: none here)."""
@@ -95,8 +122,10 @@ class Offer:
     board_slots: int = 0
     doorbell: str = ""  # the PS's doorbell socket ("": none; headers go by PushShm/PullShm)
     socket_port: int = 0  # the PS's socket channel for workers on other hosts (0: none; payloads go by gRPC)
+    grad_mapped: bool = False  # the worker's gradient segment is mapped here: pushes may leave it there
 
     def fill(self, reply: pb.RegisterReply) -> None:
+        reply.shm_grad_mapped = self.grad_mapped
         reply.shm_name, reply.shm_nonce = self.name, self.nonce
         reply.shm_board_name, reply.shm_board_nonce, reply.shm_board_slots = self.board_name, self.board_nonce, self.board_slots
         reply.shm_doorbell, reply.socket_port = self.doorbell, self.socket_port
@@ -108,6 +137,8 @@ class Mailboxes:
     def __init__(self, job_id: str, ps_index: int, enabled: bool):
         self.job_id, self.ps_index, self.enabled = job_id, ps_index, enabled
         self.boxes: dict[int, Mailbox] = {}
+        self.grads: dict[int, GradLink] = {}  # workers' gradient segments mapped here (zero-copy pushes)
+        self.grad_pushes = 0  # accepted pushes summed straight out of a worker's gradient segment
         self.board: PullBoard | None = None
         self.slots = BoardSlots(BOARD_SLOTS)
         self.pushes = 0  # pushes that came through a mailbox
@@ -124,11 +155,13 @@ class Mailboxes:
             if removed:
                 log(logger, logging.INFO, "removed shared-memory mailboxes of processes that are gone", count=len(removed))
 
-    def offer(self, worker: int, numel: int) -> Offer:
-        """`worker`'s mailbox (the one it already has, so that a second Register under its id, e.g. the
-        evaluator's, or a restarted worker's, maps the same file) and the board; empty when none can be made."""
+    def offer(self, request: pb.RegisterRequest, numel: int, start: int) -> Offer:
+        """The registering worker's mailbox (the one it already has, so that a second Register under its id,
+        e.g. the evaluator's, or a restarted worker's, maps the same file) and the board, with its gradient
+        segment mapped when it offered one; empty when none can be made. `numel`, `start`: this PS's range."""
         if not self.enabled:
             return Offer()
+        worker = request.worker_id
         try:
             if self.board is None or self.board.numel != numel:
                 self._new_board(numel)
@@ -143,7 +176,31 @@ class Mailboxes:
             return Offer()
         assert self.board is not None
         return Offer(box.path.name, box.nonce, self.board.path.name, self.board.nonce, self.board.slots, self.doorbell,
-                     self.socket_port)
+                     self.socket_port, self._map_grads(request, numel, start))
+
+    def _map_grads(self, request: pb.RegisterRequest, numel: int, start: int) -> bool:
+        """Map the worker's gradient segment (replacing one it registered before); False when it offered
+        none or it cannot be mapped here (another host's /dev/shm: its pushes then come by the mailbox).
+        A Register that offers none (the evaluator's, under worker 0's id) leaves a mapped one as it is."""
+        if not request.shm_grad_name:
+            return False
+        old = self.grads.pop(request.worker_id, None)
+        if old is not None:
+            old.segment.close()
+        try:
+            segment = GradSegment.attach(request.shm_grad_name, request.total_numel, request.shm_grad_shards,
+                                         request.shm_grad_nonce)
+        except (OSError, ShmError) as exc:
+            log(logger, logging.INFO, "worker's gradient segment not mapped: its pushes come by the mailbox",
+                worker=request.worker_id, error=str(exc))
+            return False
+        if not 0 <= request.shm_grad_shard < segment.shards:  # not a client of ours: it gets no zero-copy pushes
+            segment.close()
+            log(logger, logging.WARNING, "worker's gradient segment not mapped: shm_grad_shard out of range",
+                worker=request.worker_id, shm_grad_shard=request.shm_grad_shard, shards=segment.shards)
+            return False
+        self.grads[request.worker_id] = GradLink(segment, request.shm_grad_shard, start, numel)
+        return True
 
     def _new_board(self, numel: int) -> None:
         if self.board is not None:
@@ -173,6 +230,13 @@ class Mailboxes:
         self.release(header.worker_id)
         if not header.shm_seq:
             return ChunkPayload(numel, "Push", header.dtype)
+        if header.shm_grad:
+            link = self.grads.get(header.worker_id)
+            if link is None or link.numel != numel:
+                raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, "no_mailbox",
+                               f"worker {header.worker_id} has no shared-memory mailbox here for its gradient segment: "
+                               f"register again (shm_grad_name)")
+            return GradSegmentPayload(link, header.shm_seq)
         box = self.boxes.get(header.worker_id)
         if box is None or box.numel != numel:
             raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, "no_mailbox",
@@ -183,13 +247,18 @@ class Mailboxes:
         """For a gradient left in its mailbox: a check that it is still the one pushed (None: the PS owns a copy)."""
         if not header.shm_seq:
             return None
-        box, seq = self.boxes[header.worker_id], header.shm_seq
+        seq = header.shm_seq
+        if header.shm_grad:
+            link = self.grads[header.worker_id]
+            return lambda: link.segment.intact(link.shard, seq)
+        box = self.boxes[header.worker_id]
         return lambda: box.push_intact(seq)
 
     def count_accepted(self, header: pb.PushHeader) -> None:
         """Count a push by how it travelled, once the PS has accepted it (a refused push changes no counter)."""
         if header.shm_seq:
             self.pushes += 1
+            self.grad_pushes += bool(header.shm_grad)
         elif header.dtype == BF16_WIRE:
             self.bf16_pushes += 1
 
@@ -211,12 +280,16 @@ class Mailboxes:
         """How pushes and pulls travelled, for Stats (transport_in_use in star/shm.py reads them)."""
         return dict(shm_pushes=self.pushes, shm_pulls=self.pulls, shm_board_pulls=self.board_pulls,
                     bf16_pushes=self.bf16_pushes, doorbell_calls=self.doorbell_calls, socket_pushes=self.socket_pushes,
+                    shm_grad_pushes=self.grad_pushes,
                     socket_pulls=self.socket_pulls)
 
     def close(self) -> None:
         for box in self.boxes.values():
             box.close()
         self.boxes.clear()
+        for link in self.grads.values():
+            link.segment.close()
+        self.grads.clear()
         if self.board is not None:
             self.board.close()
             self.board = None

@@ -8,7 +8,8 @@ gRPC call then carries only the header, or the PS's doorbell socket does: star/r
 with a PS on another host, as raw bytes on the PS's socket channel (star/rpc/socket_channel.py).
 transport="auto" takes a mailbox where one is offered and works (the nonce proves the same memory), else
 the socket channel where one is offered; "shm" requires a mailbox, "socket" the socket channel, "grpc"
-never asks for either.
+never asks for either. A client given the worker's gradient segment (star/shm.py GradSegment) offers it
+at Register; a push of that very buffer to a PS that mapped it copies nothing (the header says shm_grad).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from star.rpc.common import CHANNEL_OPTIONS, MOVED_TO_KEY, plan_to_proto, tune_m
 from star.rpc.doorbell import Doorbell, DoorbellBroken
 from star.rpc.security import Credentials
 from star.rpc.socket_channel import SocketChannel
-from star.shm import Mailbox, PullBoard, ShmError
+from star.rpc.zero_copy import ZeroCopyPushes
+from star.shm import GradSegment, Mailbox, PullBoard, ShmError
 
 T = TypeVar("T")
 
@@ -64,9 +66,11 @@ class ShardView:
 
 class PSClient:
     def __init__(self, addresses: Sequence[str], worker_id: int = 0, credentials: Credentials | None = None,
-                 transport: str = "auto", wire: str = WIRE_DTYPE, doorbell: bool = True):
+                 transport: str = "auto", wire: str = WIRE_DTYPE, doorbell: bool = True,
+                 grad_segment: GradSegment | None = None):
         """`credentials` default to the job token in STAR_JOB_TOKEN (if any), without TLS. `doorbell`: ring a
-        same-host PS's doorbell for shared-memory headers when it offers one (False: always the RPCs)."""
+        same-host PS's doorbell for shared-memory headers when it offers one (False: always the RPCs).
+        `grad_segment`: the worker's flat gradient in shared memory (the caller owns and closes it)."""
         if not addresses:
             raise ValueError("ps_addresses must name at least one parameter server")
         check_transport_fields(transport, wire)
@@ -76,6 +80,7 @@ class PSClient:
         self.doorbells: list[Doorbell | None] = [None] * len(addresses)  # each PS's header socket (with its mailbox)
         self.sockets: list[SocketChannel | None] = [None] * len(addresses)  # each PS's socket channel (no mailbox here)
         self.use_doorbell = doorbell
+        self.zero_copy = ZeroCopyPushes(grad_segment, len(addresses))
         self._written: list[tuple[tuple, Mailbox, int] | None] = [None] * len(addresses)  # last push put in each mailbox
         self.addresses = list(addresses)
         self.worker_id = worker_id
@@ -116,6 +121,12 @@ class PSClient:
                     if segment is not None:
                         segment.close()
                 self.mailboxes[i] = self.boards[i] = self.doorbells[i] = self.sockets[i] = self._written[i] = None
+                self.zero_copy.forget(i)
+
+    @property
+    def grad_mapped(self) -> list[bool]:
+        """Per PS: it mapped this worker's gradient segment (pushes of that buffer copy nothing)."""
+        return self.zero_copy.mapped
 
     @property
     def transport_used(self) -> str:
@@ -137,6 +148,7 @@ class PSClient:
                 raise ShmError("transport=socket maps no shared memory")
             self.mailboxes[index] = Mailbox.attach(reply.shm_name, numel, reply.shm_nonce)
             self.boards[index] = PullBoard.attach(reply.shm_board_name, numel, reply.shm_board_slots, reply.shm_board_nonce)
+            self.zero_copy.mapped[index] = reply.shm_grad_mapped and self.zero_copy.segment is not None
         except ShmError as exc:
             self._drop_mailboxes(index)
             if self.transport == "shm":
@@ -210,8 +222,9 @@ class PSClient:
         self.views = [ShardView(r) for r in ranges]
         request = pb.RegisterRequest(worker_id=self.worker_id, total_numel=total_numel, relay_address=relay_address,
                                      want_shm=self.transport != "grpc")
+        messages = self.zero_copy.requests(request, total_numel) if self.transport != "socket" else [request] * len(self._stubs)
         self._drop_mailboxes()
-        replies = self._each(lambda i, s: s.Register(request, timeout=timeout_s))
+        replies = self._each(lambda i, s: s.Register(messages[i], timeout=timeout_s))
         for i, reply in enumerate(replies):
             if reply.num_ps != len(self._stubs) or reply.ps_index != i:
                 raise RuntimeError(
@@ -247,6 +260,12 @@ class PSClient:
         how far they are, and their part of `out` is left as it was)."""
         if not observer:
             self._written = [None] * len(self._written)  # a new round: the next push is a new gradient
+        views = self._pull(out, timeout_s, observer, min_version)
+        if not observer:
+            self.zero_copy.new_round()
+        return views
+
+    def _pull(self, out: torch.Tensor, timeout_s: float | None, observer: bool, min_version: int) -> list[ShardView]:
         def pull_one(i: int, stub: pb_grpc.ParameterServerStub) -> None:
             if not observer:
                 view = self.views[i]
@@ -353,6 +372,10 @@ class PSClient:
 
         def header_for(i: int) -> pb.PushHeader:
             view, box = self.views[i], self.mailboxes[i]
+            if box is not None and self.zero_copy.applies(i, grads):
+                return pb.PushHeader(worker_id=self.worker_id, plan_epoch=view.epoch, base_version=view.version,
+                                     iteration=iteration, dtype=WIRE_DTYPE, numel=view.range.numel, batch_size=batch_size,
+                                     contributors=list(contributors), shm_seq=self.zero_copy.stamp(i, key), shm_grad=True)
             return pb.PushHeader(
                 worker_id=self.worker_id,
                 plan_epoch=view.epoch,

@@ -31,19 +31,27 @@ class HealthReply(_message.Message):
     def __init__(self, status: _Optional[str] = ..., role: _Optional[str] = ..., uptime_s: _Optional[float] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "total_numel", "relay_address", "want_shm")
+    __slots__ = ("worker_id", "total_numel", "relay_address", "want_shm", "shm_grad_name", "shm_grad_nonce", "shm_grad_shards", "shm_grad_shard")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     TOTAL_NUMEL_FIELD_NUMBER: _ClassVar[int]
     RELAY_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     WANT_SHM_FIELD_NUMBER: _ClassVar[int]
+    SHM_GRAD_NAME_FIELD_NUMBER: _ClassVar[int]
+    SHM_GRAD_NONCE_FIELD_NUMBER: _ClassVar[int]
+    SHM_GRAD_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    SHM_GRAD_SHARD_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     total_numel: int
     relay_address: str
     want_shm: bool
-    def __init__(self, worker_id: _Optional[int] = ..., total_numel: _Optional[int] = ..., relay_address: _Optional[str] = ..., want_shm: _Optional[bool] = ...) -> None: ...
+    shm_grad_name: str
+    shm_grad_nonce: bytes
+    shm_grad_shards: int
+    shm_grad_shard: int
+    def __init__(self, worker_id: _Optional[int] = ..., total_numel: _Optional[int] = ..., relay_address: _Optional[str] = ..., want_shm: _Optional[bool] = ..., shm_grad_name: _Optional[str] = ..., shm_grad_nonce: _Optional[bytes] = ..., shm_grad_shards: _Optional[int] = ..., shm_grad_shard: _Optional[int] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("initialized", "range_start", "range_end", "total_numel", "ps_index", "num_ps", "shm_name", "shm_nonce", "shm_board_name", "shm_board_nonce", "shm_board_slots", "shm_doorbell", "socket_port")
+    __slots__ = ("initialized", "range_start", "range_end", "total_numel", "ps_index", "num_ps", "shm_name", "shm_nonce", "shm_board_name", "shm_board_nonce", "shm_board_slots", "shm_doorbell", "socket_port", "shm_grad_mapped")
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RANGE_START_FIELD_NUMBER: _ClassVar[int]
     RANGE_END_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +65,7 @@ class RegisterReply(_message.Message):
     SHM_BOARD_SLOTS_FIELD_NUMBER: _ClassVar[int]
     SHM_DOORBELL_FIELD_NUMBER: _ClassVar[int]
     SOCKET_PORT_FIELD_NUMBER: _ClassVar[int]
+    SHM_GRAD_MAPPED_FIELD_NUMBER: _ClassVar[int]
     initialized: bool
     range_start: int
     range_end: int
@@ -70,7 +79,8 @@ class RegisterReply(_message.Message):
     shm_board_slots: int
     shm_doorbell: str
     socket_port: int
-    def __init__(self, initialized: _Optional[bool] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., total_numel: _Optional[int] = ..., ps_index: _Optional[int] = ..., num_ps: _Optional[int] = ..., shm_name: _Optional[str] = ..., shm_nonce: _Optional[bytes] = ..., shm_board_name: _Optional[str] = ..., shm_board_nonce: _Optional[bytes] = ..., shm_board_slots: _Optional[int] = ..., shm_doorbell: _Optional[str] = ..., socket_port: _Optional[int] = ...) -> None: ...
+    shm_grad_mapped: bool
+    def __init__(self, initialized: _Optional[bool] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., total_numel: _Optional[int] = ..., ps_index: _Optional[int] = ..., num_ps: _Optional[int] = ..., shm_name: _Optional[str] = ..., shm_nonce: _Optional[bytes] = ..., shm_board_name: _Optional[str] = ..., shm_board_nonce: _Optional[bytes] = ..., shm_board_slots: _Optional[int] = ..., shm_doorbell: _Optional[str] = ..., socket_port: _Optional[int] = ..., shm_grad_mapped: _Optional[bool] = ...) -> None: ...
 
 class InitHeader(_message.Message):
     __slots__ = ("total_numel", "dtype")
@@ -97,7 +107,7 @@ class InitReply(_message.Message):
     def __init__(self, applied: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
 
 class PushHeader(_message.Message):
-    __slots__ = ("worker_id", "plan_epoch", "base_version", "iteration", "dtype", "numel", "batch_size", "contributors", "shm_seq")
+    __slots__ = ("worker_id", "plan_epoch", "base_version", "iteration", "dtype", "numel", "batch_size", "contributors", "shm_seq", "shm_grad")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +117,7 @@ class PushHeader(_message.Message):
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     CONTRIBUTORS_FIELD_NUMBER: _ClassVar[int]
     SHM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    SHM_GRAD_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     plan_epoch: int
     base_version: int
@@ -116,7 +127,8 @@ class PushHeader(_message.Message):
     batch_size: int
     contributors: _containers.RepeatedScalarFieldContainer[int]
     shm_seq: int
-    def __init__(self, worker_id: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., base_version: _Optional[int] = ..., iteration: _Optional[int] = ..., dtype: _Optional[str] = ..., numel: _Optional[int] = ..., batch_size: _Optional[int] = ..., contributors: _Optional[_Iterable[int]] = ..., shm_seq: _Optional[int] = ...) -> None: ...
+    shm_grad: bool
+    def __init__(self, worker_id: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., base_version: _Optional[int] = ..., iteration: _Optional[int] = ..., dtype: _Optional[str] = ..., numel: _Optional[int] = ..., batch_size: _Optional[int] = ..., contributors: _Optional[_Iterable[int]] = ..., shm_seq: _Optional[int] = ..., shm_grad: _Optional[bool] = ...) -> None: ...
 
 class PushRequest(_message.Message):
     __slots__ = ("header", "chunk")

@@ -66,7 +66,9 @@ class Worker:
         self.task = get_task(config.task)
         self.model = self.task.build_model(config.seed).to(self.device)
         self.flat = FlatModel(self.model)
-        self.host = HostStaging(self.flat)  # what the PS client reads and writes (the flat buffers themselves on CPU)
+        # What the PS client reads and writes: the flat buffers themselves on CPU, the gradient in shared memory
+        # unless every payload goes over a network.
+        self.host = HostStaging(self.flat, shared_grads=config.transport not in ("grpc", "socket"), worker_id=config.worker_id)
         self.batch_size = config.batch_size or self.task.default_batch_size
         self.base_batch = self.batch_size  # the even share; batch directives are relative to it
         self.batch_offset: int | None = None  # where its batch starts in each round's global batch, once the coordinator
@@ -92,6 +94,12 @@ class Worker:
 
     # ---- the loop --------------------------------------------------------------
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            self.host.close()  # the shared gradient segment, however the run ends
+
+    def _run(self) -> int:
         c = self.config
         credentials = Credentials.load(c.security)
         link = self.link = CoordinatorLink(c.coordinator, c.worker_id, credentials=credentials) if c.coordinator else None
@@ -113,7 +121,8 @@ class Worker:
 
     def _train(self, addresses: list[str], credentials: Credentials, link: CoordinatorLink | None) -> None:
         c = self.config
-        with PSClient(addresses, c.worker_id, credentials=credentials, transport=c.transport, wire=c.wire) as ps:
+        with PSClient(addresses, c.worker_id, credentials=credentials, transport=c.transport, wire=c.wire,
+                      grad_segment=self.host.grad_segment) as ps:
             self._connect(ps)
             log(logger, logging.INFO, "training", worker=c.worker_id, numel=self.flat.numel, batch=self.batch_size,
                 data=type(self.batches).__name__)
@@ -218,7 +227,8 @@ class Worker:
         accepted = self._retry("init", lambda: ps.init_if_needed(self.host.params_down(), replies))
         if accepted:
             log(logger, logging.INFO, "initialised parameter servers", count=accepted)
-        log(logger, logging.INFO, "payload transport", transport=ps.transport_used, wire=self.config.wire)
+        log(logger, logging.INFO, "payload transport", transport=ps.transport_used, wire=self.config.wire,
+            zero_copy_pushes=f"{sum(ps.grad_mapped)}/{len(ps.grad_mapped)} PS")
 
     def _rejoin(self, ps: PSClient, exc: grpc.RpcError) -> None:
         log(logger, logging.WARNING, "a parameter server does not know this worker (restarted?): registering again",

@@ -1,5 +1,6 @@
 """The shared-memory transport on real PS daemons: the same bytes as gRPC, the same refusals,
-and no mailbox left behind by a clean exit or a kill -9."""
+and no mailbox left behind by a clean exit or a kill -9; the same for a worker's gradient segment
+(pushes summed in place, no bytes moved)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS
 from star.rpc.ps_client import PSClient
 from star.rpc.security import TOKEN_ENV, Credentials
-from star.shm import SHM_DIR, Mailbox, job_tag
+from star.shm import MAX_GRAD_SHARDS, SHM_DIR, GradSegment, Mailbox, grad_segment_name, job_tag
 from tests.integration.refusal_checks import observed_state, push_header
 
 pytestmark = pytest.mark.integration
@@ -36,9 +37,12 @@ def _mailboxes(job: str) -> list[str]:
     return sorted(p.name for p in SHM_DIR.glob(f"star-{job_tag(job)}-*"))
 
 
-def _clients(addresses, transports, credentials=None, numel=NUMEL):
+def _clients(addresses, transports, credentials=None, numel=NUMEL, segments=()):
+    """One client per transport; `segments[w]`: worker w's gradient segment (None: none)."""
     initial = torch.arange(numel, dtype=torch.float32) / numel
-    clients = [PSClient(addresses, worker_id=w, transport=t, credentials=credentials) for w, t in enumerate(transports)]
+    segments = list(segments) + [None] * (len(transports) - len(segments))
+    clients = [PSClient(addresses, worker_id=w, transport=t, credentials=credentials, grad_segment=g)
+               for w, (t, g) in enumerate(zip(transports, segments))]
     for client in clients:
         client.wait_ready(30)
         client.init_if_needed(initial, client.register(numel))
@@ -72,6 +76,68 @@ def test_shm_and_grpc_workers_pull_identical_bits_and_push_the_same_update(clust
         client.close()
 
 
+def _segment(worker: int, numel: int = NUMEL) -> GradSegment:
+    return GradSegment.create(grad_segment_name("shmtest", worker), numel, MAX_GRAD_SHARDS)[0]
+
+
+def test_a_push_left_in_the_gradient_segment_is_summed_in_place_bit_for_bit_like_grpc(cluster):
+    addresses = cluster.start_ps(2, optimizer=("--optimizer.name", "sgd", "--optimizer.lr", "0.5", "--optimizer.momentum", "0.9"))
+    segment = _segment(0)
+    try:
+        initial, (shm, plain) = _clients(addresses, ("shm", "grpc"), segments=[segment])
+        assert shm.grad_mapped == [True, True] and plain.grad_mapped == [False, False]
+        reference = torch.nn.Parameter(initial.clone())
+        optimizer = torch.optim.SGD([reference], lr=0.5, momentum=0.9)
+        pulled = [torch.empty(NUMEL), torch.empty(NUMEL)]
+        for step in range(3):
+            for client, out in zip((shm, plain), pulled):
+                client.pull(out, timeout_s=10)
+            assert torch.equal(pulled[0], reference.detach()) and torch.equal(pulled[1], reference.detach())
+            grads = [torch.randn(NUMEL, generator=torch.Generator().manual_seed(10 * step + w)) for w in range(2)]
+            segment.area.copy_(grads[0])  # the worker's backward writes here
+            shm.push(segment.area, iteration=step, timeout_s=10)
+            plain.push(grads[1], iteration=step, timeout_s=10)
+            reference.grad = (grads[0] + grads[1]) * 0.5
+            optimizer.step()
+        shm.pull(pulled[0], timeout_s=10)
+        assert torch.equal(pulled[0], reference.detach())  # bit for bit, not just close
+        stats = shm.stats()
+        assert [s.counters["shm_grad_pushes"] for s in stats] == [3, 3]  # summed out of the segment, never copied
+        assert [s.counters["shm_pushes"] for s in stats] == [3, 3]
+        other = torch.randn(NUMEL)  # a buffer that is not the segment still goes by the mailbox
+        shm.push(other, iteration=3, timeout_s=10)
+        assert [s.counters["shm_grad_pushes"] for s in shm.stats()] == [3, 3]
+        for client in (shm, plain):
+            client.close()
+    finally:
+        segment.close()
+
+
+def test_a_gradient_written_out_of_turn_in_the_segment_is_left_out_of_the_round(cluster):
+    """The ownership rule broken on purpose: worker 0 writes its segment while the PS holds its push.
+    The PS must not sum the new bytes: it sees the stamp change and leaves that gradient out."""
+    addresses = cluster.start_ps(1, optimizer=("--optimizer.name", "sgd", "--optimizer.lr", "1.0", "--optimizer.momentum", "0"))
+    segment = _segment(0)
+    try:
+        initial, (first, second) = _clients(addresses, ("shm", "shm"), segments=[segment])
+        params = torch.empty(NUMEL)
+        for client in (first, second):
+            client.pull(params, timeout_s=10)
+        segment.area.fill_(1.0)
+        assert first.push(segment.area, iteration=0, timeout_s=10)[0].status == "pending"
+        segment.begin_write()  # out of turn: the PS holds the gradient until worker 1 pushes
+        segment.area.fill_(1000.0)
+        grad = torch.full((NUMEL,), 2.0)
+        assert second.push(grad, iteration=0, timeout_s=10)[0].status == "applied"
+        second.pull(params, timeout_s=10)
+        assert float(params.sub(initial).abs().max()) < 10.0  # the 1000s were never summed
+        assert first.stats()[0].counters.get("rejected_overwritten_in_mailbox", 0) == 1
+        for client in (first, second):
+            client.close()
+    finally:
+        segment.close()
+
+
 def _raw_push(address: str, header: pb.PushHeader, credentials: Credentials, chunks=(), unary: bool = False):
     """A Push stream of `header` and `chunks`, or (unary) the header alone through PushShm."""
     channel = credentials.channel(address, CHANNEL_OPTIONS)
@@ -88,14 +154,34 @@ def _raw_push(address: str, header: pb.PushHeader, credentials: Credentials, chu
         channel.close()
 
 
-def test_every_refusal_is_still_refused_on_the_shm_path(cluster, monkeypatch):
+@pytest.mark.parametrize("where", ["mailbox", "segment"])
+def test_every_refusal_is_still_refused_on_the_shm_path(cluster, monkeypatch, where):
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
     addresses = cluster.start_ps(1)
     good = Credentials(token=TOKEN)
-    _, (worker, other) = _clients(addresses, ("shm", "shm"), credentials=good)
+    segment = _segment(0) if where == "segment" else None
+    try:
+        _refusals(addresses, good, segment)
+    finally:
+        if segment is not None:
+            segment.close()
+
+
+def _refusals(addresses: list[str], good: Credentials, segment: GradSegment | None) -> None:
+    _, (worker, other) = _clients(addresses, ("shm", "shm"), credentials=good, segments=[segment])
     params = torch.empty(NUMEL)
     worker.pull(params, timeout_s=10)
     box: Mailbox = worker.mailboxes[0]  # type: ignore[assignment]
+
+    def put(gradient: torch.Tensor) -> int:
+        """The gradient where this case's pushes leave it; returns its stamp."""
+        if segment is None:
+            return box.put_push(gradient)
+        segment.begin_write()
+        segment.area.copy_(gradient)
+        return segment.stamp(0)
+
+    in_segment = dict(shm_grad=True) if segment is not None else {}
 
     before = observed_state(worker, NUMEL)
     cases = {  # name: (gradient put in the mailbox, header fields, credentials, status, text in the message)
@@ -107,10 +193,13 @@ def test_every_refusal_is_still_refused_on_the_shm_path(cluster, monkeypatch):
         "no_token": (torch.ones(NUMEL), {}, Credentials(), grpc.StatusCode.UNAUTHENTICATED, "missing job token"),
         "stamp_out_of_turn": (torch.ones(NUMEL), dict(shm_seq=10**6), good, grpc.StatusCode.INVALID_ARGUMENT, "does not match"),
     }
+    if segment is not None:  # a worker whose segment the PS never mapped
+        cases["no_segment"] = (torch.ones(NUMEL), dict(worker_id=1), good, grpc.StatusCode.FAILED_PRECONDITION,
+                               "no shared-memory mailbox here for its gradient segment")
     for (name, (gradient, overrides, credentials, code, text)), unary in itertools.product(cases.items(), (False, True)):
-        seq = box.put_push(gradient)
+        seq = put(gradient)
         with pytest.raises(grpc.RpcError) as error:
-            _raw_push(addresses[0], push_header(NUMEL, **{"shm_seq": seq, **overrides}), credentials, unary=unary)
+            _raw_push(addresses[0], push_header(NUMEL, **{"shm_seq": seq, **in_segment, **overrides}), credentials, unary=unary)
         assert error.value.code() == code, (name, unary)
         assert text in error.value.details(), (name, unary)
     with pytest.raises(grpc.RpcError) as error:  # a unary push whose gradient is not in the mailbox
@@ -127,12 +216,14 @@ def test_every_refusal_is_still_refused_on_the_shm_path(cluster, monkeypatch):
         assert error.value.code() == code and text in error.value.details()
     channel.close()
     with pytest.raises(grpc.RpcError) as error:  # a mailbox push that also streams chunks
-        _raw_push(addresses[0], push_header(NUMEL, shm_seq=box.put_push(torch.ones(NUMEL))), good,
+        _raw_push(addresses[0], push_header(NUMEL, shm_seq=put(torch.ones(NUMEL)), **in_segment), good,
                   [(0, np.ones(NUMEL, dtype="<f4").tobytes())])
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "no chunks" in error.value.details()
     after = observed_state(worker, NUMEL)
     assert after[0] == before[0] and torch.equal(after[1], before[1])
-    assert worker.push(torch.ones(NUMEL), iteration=0, timeout_s=10)[0].status == "pending"  # still usable
+    pushed = segment.area if segment is not None else torch.ones(NUMEL)
+    assert worker.push(pushed, iteration=0, timeout_s=10)[0].status == "pending"  # still usable
+    assert worker.stats()[0].counters.get("shm_grad_pushes", 0) == (segment is not None)  # and by the same path
     for client in (worker, other):
         client.close()
 
@@ -140,7 +231,10 @@ def test_every_refusal_is_still_refused_on_the_shm_path(cluster, monkeypatch):
 _WORKER = """
 import sys, time, torch
 from star.rpc.ps_client import PSClient
-client = PSClient([sys.argv[1]], worker_id=int(sys.argv[2]), transport="shm")
+from star.shm import MAX_GRAD_SHARDS, GradSegment, grad_segment_name
+segment = GradSegment.create(grad_segment_name("shmleak", int(sys.argv[2])), 1000, MAX_GRAD_SHARDS)[0] \
+    if sys.argv[3:] == ["segment"] else None
+client = PSClient([sys.argv[1]], worker_id=int(sys.argv[2]), transport="shm", grad_segment=segment)
 client.wait_ready(30)
 client.init_if_needed(torch.zeros(1000), client.register(1000))
 print("registered", flush=True)
@@ -156,8 +250,8 @@ def _ps_pid(address: str) -> int:
         channel.close()
 
 
-def _registered_worker(address: str, worker: int) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-c", _WORKER, address, str(worker)], stdout=subprocess.PIPE, text=True)
+def _registered_worker(address: str, worker: int, *extra: str) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", _WORKER, address, str(worker), *extra], stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None and process.stdout.readline().strip() == "registered"
     return process
 
@@ -204,16 +298,38 @@ def test_no_mailbox_outlives_a_clean_exit_or_a_kill_9(cluster):
             process.wait()
 
 
-def test_a_push_sent_again_after_a_lost_reply_keeps_the_gradient_the_ps_already_holds(cluster):
+def test_a_killed_workers_gradient_segment_is_swept_when_a_ps_starts(cluster):
+    job = f"shmleak{secrets.token_hex(4)}"
+    (address,) = cluster.start_ps(1, "--job-id", job)
+    worker = _registered_worker(address, 0, "segment")
+    try:
+        segments = lambda: sorted(p.name for p in SHM_DIR.glob(f"star-shmleak-{worker.pid}-w0-grad"))
+        assert len(segments()) == 1  # the worker's own segment, which the PS mapped
+        worker.kill()  # kill -9: the worker cannot unlink it
+        worker.wait()
+        assert len(segments()) == 1
+        cluster.start_ps(1, "--job-id", job)  # a PS start sweeps what dead processes left
+        assert segments() == []
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+@pytest.mark.parametrize("where", ["mailbox", "segment"])
+def test_a_push_sent_again_after_a_lost_reply_keeps_the_gradient_the_ps_already_holds(cluster, where):
     """A worker whose push reply was lost (timeout, reset) sends the same push again. Over shared memory
     the retry must not write the mailbox again: the PS holds the first push's gradient there in place,
     and a new stamp would make it leave that gradient out of the round."""
     addresses = cluster.start_ps(1, optimizer=("--optimizer.name", "sgd", "--optimizer.lr", "1.0", "--optimizer.momentum", "0"))
-    initial, (first, second) = _clients(addresses, ("shm", "shm"))
+    segment = _segment(0) if where == "segment" else None
+    initial, (first, second) = _clients(addresses, ("shm", "shm"), segments=[segment])
     params = torch.empty(NUMEL)
     for client in (first, second):
         client.pull(params, timeout_s=10)
     grads = [torch.randn(NUMEL, generator=torch.Generator().manual_seed(w)) for w in range(2)]
+    if segment is not None:
+        segment.area.copy_(grads[0])
+        grads[0] = segment.area
     assert first.push(grads[0], iteration=0, timeout_s=10)[0].status == "pending"
     with pytest.raises(grpc.RpcError) as error:  # the retry: the PS has it already
         first.push(grads[0], iteration=0, timeout_s=10)
@@ -222,5 +338,8 @@ def test_a_push_sent_again_after_a_lost_reply_keeps_the_gradient_the_ps_already_
     first.pull(params, timeout_s=10)
     assert torch.allclose(params, initial - (grads[0] + grads[1]) / 2, atol=1e-6)  # both gradients counted
     assert first.stats()[0].counters.get("rejected_overwritten_in_mailbox", 0) == 0
+    assert first.stats()[0].counters.get("shm_grad_pushes", 0) == (segment is not None)
     for client in (first, second):
         client.close()
+    if segment is not None:
+        segment.close()

@@ -92,3 +92,22 @@ def test_assembler_refuses_a_short_payload():
     assembler.add(0, b"\x00" * 8)
     with pytest.raises(FlatError, match="expected the shard length"):
         assembler.finish()
+
+
+def test_backward_writes_into_a_rebound_gradient_buffer_in_place():
+    model = _model()
+    flat = FlatModel(model)
+    buffer = torch.full((flat.numel,), float("nan"))  # stands for a shared-memory segment
+    flat.rebind_grads(buffer)
+    assert flat.grads.data_ptr() == buffer.data_ptr() and not bool(buffer.isnan().any())  # the old values moved over
+    flat.zero_grad()
+    model(torch.randn(4, 5)).sum().backward()
+    assert flat.grads_are_views()
+    assert torch.equal(buffer, torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+    assert buffer.abs().sum() > 0
+
+
+def test_a_gradient_buffer_of_the_wrong_size_is_refused():
+    flat = FlatModel(_model())
+    with pytest.raises(FlatError, match=f"does not fit {flat.numel} float32"):
+        flat.rebind_grads(torch.zeros(flat.numel + 1))

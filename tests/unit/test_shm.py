@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from star.flat import BF16_WIRE, ChunkAssembler, tensor_chunks
-from star.shm import Mailbox, PullBoard, ShmError, board_name, mailbox_name, sweep, transport_in_use
+from star.shm import (MAX_GRAD_SHARDS, GradSegment, Mailbox, PullBoard, ShmError, board_name, grad_segment_name,
+                      mailbox_name, sweep, transport_in_use)
 
 NUMEL = 1 << 20  # 4 MiB per area: copies long enough for a concurrent writer to overlap them
 
@@ -102,9 +103,16 @@ _WRITER = """
 import sys, time, torch
 from pathlib import Path
 from star.flat import tensor_chunks
-from star.shm import Mailbox, PullBoard
+from star.shm import GradSegment, Mailbox, PullBoard
 kind, name, numel, nonce, directory = sys.argv[1], sys.argv[2], int(sys.argv[3]), bytes.fromhex(sys.argv[4]), Path(sys.argv[5])
-if kind == "mailbox":
+if kind == "segment":  # a worker writing its gradient while the PS reads it
+    box = GradSegment.attach(name, numel, 1, nonce, directory=directory)
+    def write(version):
+        box.begin_write()
+        for start in reversed(range(0, numel, 256)):  # slowly, piece by piece, as a backward fills .grad views
+            box.area[start : start + 256] = float(version % 2 + 1)  # (last first: against the reader's direction)
+        box.stamp(0)
+elif kind == "mailbox":
     box = Mailbox.attach(name, numel, nonce, directory=directory)
     # Small chunks: a slow writer, so that readers often copy while it is part-way through a version.
     payloads = [tensor_chunks(torch.full((numel,), float(value)), 1024) for value in (1, 2)]
@@ -122,9 +130,20 @@ while True:  # out of turn on purpose: a PS that broke the ownership rule
 """
 
 
-@pytest.mark.parametrize("kind", ["mailbox", "board"])
+def _take_gradient(reader: GradSegment, out: torch.Tensor, seq: int) -> None:
+    """The PS's use of a gradient in a worker's segment: the view under its stamp, then the seqlock's check."""
+    out.copy_(reader.push_view(0, seq, 0, reader.numel))
+    if not reader.intact(0, seq):
+        raise ShmError("written while read")
+
+
+@pytest.mark.parametrize("kind", ["mailbox", "board", "segment"])
 def test_a_reader_never_takes_a_mix_of_two_versions(tmp_path, kind):
-    if kind == "mailbox":
+    if kind == "segment":
+        box, nonce = GradSegment.create(grad_segment_name("unit", 4), NUMEL, 1, directory=tmp_path)
+        reader = GradSegment.attach(box.path.name, NUMEL, 1, nonce, directory=tmp_path)
+        stamp_word, take = 8, lambda out, seq: _take_gradient(reader, out, seq)
+    elif kind == "mailbox":
         box, nonce = Mailbox.create(mailbox_name("unit", 0, 4), NUMEL, directory=tmp_path)
         reader = Mailbox.attach(box.path.name, NUMEL, nonce, directory=tmp_path)
         stamp_word, take = 5, reader.take_pull
@@ -159,11 +178,58 @@ def test_a_reader_never_takes_a_mix_of_two_versions(tmp_path, kind):
     assert taken > 0, f"no read completed ({refused} refused): the test exercised nothing"
 
 
+def test_a_gradient_segment_hands_each_ps_its_range_in_place_under_its_own_stamp(tmp_path):
+    segment, nonce = GradSegment.create(grad_segment_name("unit", 3), NUMEL, 2, directory=tmp_path)
+    ps = GradSegment.attach(segment.path.name, NUMEL, 2, nonce, directory=tmp_path)
+    try:
+        gradient = torch.randn(NUMEL, generator=torch.Generator().manual_seed(1))
+        segment.begin_write()
+        segment.area.copy_(gradient)  # what backward does to the model's .grad views
+        first, second = segment.stamp(0), segment.stamp(1)
+        half = NUMEL // 2
+        view = ps.push_view(1, second, half, NUMEL)
+        assert torch.equal(view, gradient[half:])  # bit for bit
+        view.mul_(2)  # in place: the worker's memory, not a copy
+        assert torch.equal(segment.area[half:], gradient[half:] * 2)
+        assert ps.intact(0, first) and ps.intact(1, second)
+        with pytest.raises(ShmError, match="does not match"):
+            ps.push_view(0, second, 0, half)  # the other shard's stamp
+        segment.begin_write()  # the worker writes its next gradient: every stamp is void
+        assert not ps.intact(0, first) and not ps.intact(1, second)
+        with pytest.raises(ShmError, match="does not match"):
+            ps.push_view(0, first, 0, half)
+        with pytest.raises(ShmError, match="outside"):
+            ps.push_view(0, segment.stamp(0), 0, NUMEL + 1)
+        with pytest.raises(ShmError, match="shard 2 is outside 0..1"):
+            ps.intact(2, 1)
+    finally:
+        ps.close()
+        segment.close()
+    assert not segment.path.exists()
+
+
+def test_a_gradient_segment_refuses_a_wrong_nonce_or_shard_count(tmp_path):
+    segment, nonce = GradSegment.create(grad_segment_name("unit", 0), 16, 4, directory=tmp_path)
+    try:
+        with pytest.raises(ShmError, match="nonce differs"):
+            GradSegment.attach(segment.path.name, 16, 4, bytes(16), directory=tmp_path)
+        with pytest.raises(ShmError, match="has 4160 bytes, expected 4164"):
+            GradSegment.attach(segment.path.name, 17, 4, nonce, directory=tmp_path)
+        with pytest.raises(ShmError, match=f"shm_grad_shards 0 is outside 1..{MAX_GRAD_SHARDS}"):
+            GradSegment.attach(segment.path.name, 16, 0, nonce, directory=tmp_path)
+        with pytest.raises(ShmError, match=f"outside 1..{MAX_GRAD_SHARDS}"):
+            GradSegment.create(grad_segment_name("unit", 1), 16, MAX_GRAD_SHARDS + 1, directory=tmp_path)
+    finally:
+        segment.close()
+
+
 def test_sweep_unlinks_only_mailboxes_whose_owner_is_gone(tmp_path):
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(gone.stdout)
-    dead = [tmp_path / mailbox_name("job1", 0, 0, pid=dead_pid), tmp_path / board_name("job1", 0, pid=dead_pid)]
-    alive = [tmp_path / mailbox_name("job1", 0, 1, pid=os.getpid()), tmp_path / board_name("job1", 1, pid=os.getpid())]
+    dead = [tmp_path / mailbox_name("job1", 0, 0, pid=dead_pid), tmp_path / board_name("job1", 0, pid=dead_pid),
+            tmp_path / grad_segment_name("worker", 2, pid=dead_pid)]  # a worker's gradient segment, after its kill -9
+    alive = [tmp_path / mailbox_name("job1", 0, 1, pid=os.getpid()), tmp_path / board_name("job1", 1, pid=os.getpid()),
+             tmp_path / grad_segment_name("worker", 3, pid=os.getpid())]
     unrelated = tmp_path / f"star-notamailbox-{dead_pid}"
     for path in (*dead, *alive, unrelated):
         path.write_bytes(b"x")
