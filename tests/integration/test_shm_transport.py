@@ -86,6 +86,8 @@ def test_a_push_left_in_the_gradient_segment_is_summed_in_place_bit_for_bit_like
     try:
         initial, (shm, plain) = _clients(addresses, ("shm", "grpc"), segments=[segment])
         assert shm.grad_mapped == [True, True] and plain.grad_mapped == [False, False]
+        evaluator = PSClient(addresses, worker_id=0)  # registers under worker 0's id, offering no segment,
+        evaluator.register(NUMEL)  # as star.evaluator does: worker 0's segment must stay mapped
         reference = torch.nn.Parameter(initial.clone())
         optimizer = torch.optim.SGD([reference], lr=0.5, momentum=0.9)
         pulled = [torch.empty(NUMEL), torch.empty(NUMEL)]
@@ -107,7 +109,7 @@ def test_a_push_left_in_the_gradient_segment_is_summed_in_place_bit_for_bit_like
         other = torch.randn(NUMEL)  # a buffer that is not the segment still goes by the mailbox
         shm.push(other, iteration=3, timeout_s=10)
         assert [s.counters["shm_grad_pushes"] for s in shm.stats()] == [3, 3]
-        for client in (shm, plain):
+        for client in (shm, plain, evaluator):
             client.close()
     finally:
         segment.close()
