@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import select
 import socket
@@ -26,11 +27,13 @@ import ssl
 import threading
 
 import grpc
+import torch
 from google.protobuf.message import DecodeError
 
-from star.flat import FlatError, WIRE_DTYPE, wire_dtype
+from star.flat import BF16_WIRE, FlatError, WIRE_DTYPE, wire_dtype
 from star.logs import log
 from star.ps_server.doorbell import answer, hello_reply
+from star.ps_server.narrowed import NarrowedSlots
 from star.rpc import star_pb2 as pb
 from star.rpc.doorbell import FRAME, DoorbellBroken, encode, error_reply, frame_length, recv_exactly
 from star.rpc.socket_channel import STAMP, payload_bytes, payload_view, receive_payload, tuned
@@ -58,6 +61,7 @@ class SocketChannelServer:
         self._connections: set[socket.socket] = set()
         self._count_lock = threading.Lock()
         self._closed = threading.Event()
+        self.narrowed = NarrowedSlots()  # bf16 pulls: each board version rounded once
 
     def start(self) -> int:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
@@ -196,11 +200,18 @@ class SocketChannelServer:
             conn.sendall(encode(error_reply(grpc.StatusCode.INVALID_ARGUMENT, f"bad_shm_seq: {exc}")))
             return
         header.dtype = wire_dtype(request.pull.dtype)
+        if header.dtype == BF16_WIRE and header.shm_slot:  # every remote puller of this version shares one rounding
+            slot = header.shm_slot - 1
+            payload = memoryview(self.narrowed.copy_of(slot, header.shm_seq, area, intact).view(torch.int16).numpy()).cast("B")
+            intact = functools.partial(self.narrowed.holds, slot, header.shm_seq)
+        else:
+            payload = payload_view(area, header.dtype, scratch)
         conn.sendall(encode(pb.DoorbellReply(pull=header)))
-        conn.sendall(payload_view(area, header.dtype, scratch))
+        conn.sendall(payload)
         conn.sendall(STAMP.pack(header.shm_seq if intact() else 0))
         with self._count_lock:
             self.servicer.mailboxes.socket_pulls += 1
+            self.servicer.mailboxes.bf16_pull_roundings = self.narrowed.rounded
 
     def _source(self, header: pb.PullHeader, worker: int):
         """Where PullShm put the parameters (a board slot, or the worker's pull area) and a check that they

@@ -150,6 +150,7 @@ class Mailboxes:
         self.socket_port = 0  # the socket channel's port, once the daemon serves one (offered with every mailbox)
         self.socket_pushes = 0  # accepted pushes whose bytes came by the socket channel (counted in `pushes` too)
         self.socket_pulls = 0  # pulls served by the socket channel (counted in `pulls` too)
+        self.bf16_pull_roundings = 0  # board versions rounded to bfloat16 for the socket channel's bf16 pulls
         if enabled:
             removed = sweep()
             if removed:
@@ -280,8 +281,8 @@ class Mailboxes:
         """How pushes and pulls travelled, for Stats (transport_in_use in star/shm.py reads them)."""
         return dict(shm_pushes=self.pushes, shm_pulls=self.pulls, shm_board_pulls=self.board_pulls,
                     bf16_pushes=self.bf16_pushes, doorbell_calls=self.doorbell_calls, socket_pushes=self.socket_pushes,
-                    shm_grad_pushes=self.grad_pushes,
-                    socket_pulls=self.socket_pulls)
+                    shm_grad_pushes=self.grad_pushes, socket_pulls=self.socket_pulls,
+                    bf16_pull_roundings=self.bf16_pull_roundings)
 
     def close(self) -> None:
         for box in self.boxes.values():

@@ -75,14 +75,16 @@ def test_socket_channel_and_shared_memory_give_identical_bits(cluster):
 
 def test_bf16_on_the_socket_channel_rounds_as_the_grpc_bf16_wire_does(cluster):
     addresses = cluster.start_ps(1)
-    _, (over_socket, over_grpc) = _clients(addresses, ("socket", "grpc"), wire="bfloat16")
+    _, (over_socket, also_socket, over_grpc) = _clients(addresses, ("socket", "socket", "grpc"), wire="bfloat16")
     assert over_socket.transport_used == "socket" and over_grpc.transport_used == "grpc"
-    for step, (a, b) in enumerate(_train([over_socket, over_grpc], 3)):
-        assert torch.equal(a, b), step
+    for step, (a, b, c) in enumerate(_train([over_socket, also_socket, over_grpc], 3)):
+        assert torch.equal(a, c) and torch.equal(b, c), step
         assert torch.equal(a, a.to(torch.bfloat16).float())  # what came over a bf16 wire is bf16-representable
     stats = over_socket.stats()[0]
-    assert stats.counters["socket_pushes"] == 3 and stats.counters["bf16_pushes"] == 6
-    for client in (over_socket, over_grpc):
+    assert stats.counters["socket_pushes"] == 6 and stats.counters["bf16_pushes"] == 9
+    assert stats.counters["socket_pulls"] == 8
+    assert stats.counters["bf16_pull_roundings"] == 4  # one per version (3 steps and the start), not one per pull
+    for client in (over_socket, also_socket, over_grpc):
         client.close()
 
 
