@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from typing import Mapping
 
 import numpy as np
 
@@ -72,11 +73,23 @@ class ClusterView:
     def summaries(self, now_s: float, amp_state: dict[int, bool]) -> dict[int, WorkerSummary]:
         """Per worker: medians over its latest reports made under its current AMP setting (the rule
         is `star.report_book`'s, which the simulator runs too)."""
+        return self.book.summaries(now_s, self._amp_array(amp_state))
+
+    def _amp_array(self, amp_state: dict[int, bool]) -> np.ndarray:
         amp = np.zeros(self.num_workers, dtype=bool)
         for worker, on in amp_state.items():
             if 0 <= worker < self.num_workers:
                 amp[worker] = on
-        return self.book.summaries(now_s, amp)
+        return amp
+
+    def sizing_above(self, thresholds: Mapping[int, float], amp_state: dict[int, bool], since: np.ndarray) -> list[int]:
+        """The workers of `thresholds` whose reports since the report counts `since` show a per-sample time
+        above their threshold (star.report_book.ReportBook.sizing_above, the rule the simulator runs too)."""
+        return self.book.sizing_above(thresholds, self._amp_array(amp_state), since)
+
+    def report_counts(self) -> np.ndarray:
+        """Reports accepted per worker so far (what `sizing_above` counts a report as new against)."""
+        return self.book.count.copy()
 
     def compute_vs_comm(self) -> dict[str, float | None]:
         """Median compute and communication seconds per iteration over the recent reports.

@@ -11,8 +11,11 @@ One period, in the daemon's order:
   2. the adapter watches its PSs and finishes shard moves (I/O), then
   3. `step(now_s, reports, ps, hosts)`: a PS shard move when a PS host stays saturated,
      then the controller's decision (membership, detector, AMP, batch sizes, plan).
-`finish()` ends the loop when the job is over. Adapters perform an `Actions` in the
-order of its fields: move, events, directives, plan switch.
+A report that crosses `slowdown_watch()` (a large slowdown batch sizing follows at once) does not wait for
+the period's end: the adapter calls `step(..., early=True)` when it arrives (the daemon on the report, the
+simulator at its next check, `star.sim.engine.WATCH_CHECKS` per period). `finish()` ends the loop when
+the job is over. Adapters perform an `Actions` in the order of its fields: move, events, directives, plan
+switch.
 """
 
 from __future__ import annotations
@@ -162,6 +165,7 @@ class ControlLoop:
         self.rate = Rate()
         self.period = 0  # decisions taken (a restored coordinator sets its saved count)
         self.state = LoopState.WAITING
+        self._watching = True  # may a report bring the next decision forward (not again before a timed one)
 
     def finish(self) -> None:
         self.state = LoopState.FINISHED
@@ -184,10 +188,26 @@ class ControlLoop:
         self.state = LoopState.WAITING  # the newcomer is judged before the policies act again
         return Actions(events=(event,), switch=PlanSwitch(new_plan))
 
-    def step(self, now_s: float, reports: Reports, ps: PsInput = NO_PS, hosts: HostsInput = NO_HOSTS) -> Actions:
-        """One decision period at `now_s` (seconds on the adapter's clock)."""
+    def slowdown_watch(self) -> Mapping[int, float]:
+        """Per worker, the per-sample time (batch sizing's median of its newest reports) above which a report
+        should bring the next decision forward: a slowdown that batch sizing follows at once (star.policy.speeds),
+        acted on when its report arrives instead of up to a decision period later, while the worker holds the
+        round back at a batch sized for its old speed. Empty unless every worker is judged and batch sizing
+        is on, and after an early decision until the next timed one (so reports cannot drive decisions
+        faster than one early one per period)."""
+        if self.state is not LoopState.RUNNING or not self._watching or not self.config.batch:
+            return _EMPTY
+        c = self.controller
+        return {w: s for w, s in c.speeds.jump_thresholds().items() if w not in c.lost}
+
+    def step(self, now_s: float, reports: Reports, ps: PsInput = NO_PS, hosts: HostsInput = NO_HOSTS,
+             woken_by: tuple[int, ...] = ()) -> Actions:
+        """One decision at `now_s` (seconds on the adapter's clock): at the end of a period, or early, when reports
+        from the workers `woken_by` crossed the slowdown watch."""
         if self.state is LoopState.FINISHED:
             return NOTHING
+        early = self._early_event(woken_by, reports)
+        self._watching = not woken_by
         iterations_per_s = self.rate.update(now_s, reports.total_iterations)
         layout = (PsLayout(ps.shard_hosts, ps.shard_bytes, hosts.states)
                   if ps.shard_hosts is not None and hosts.states else None)
@@ -203,11 +223,24 @@ class ControlLoop:
         self.period += 1
         if self.state is LoopState.WAITING and self._all_judged(plan):  # once judged, a worker stays judged
             self.state = LoopState.RUNNING
-        events = tuple(Event(e["kind"], {k: v for k, v in e.items() if k != "kind"}) for e in decision.events)
+        events = early + tuple(Event(e["kind"], {k: v for k, v in e.items() if k != "kind"}) for e in decision.events)
         offsets = batch_offsets(self.controller.batch_sizes) if decision.batch_sizes else {}
         directives = Directives(MappingProxyType(decision.amp), MappingProxyType(decision.batch_sizes), MappingProxyType(offsets))
         switch = PlanSwitch(decision.plan) if decision.plan is not None else None
         return Actions(move=move, events=events, directives=directives, switch=switch)
+
+    def _early_event(self, woken_by: tuple[int, ...], reports: Reports) -> tuple[Event, ...]:
+        """The line in events.jsonl that says why this decision did not wait for its period's end."""
+        watch = self.slowdown_watch() if woken_by else {}
+        if not watch:
+            return ()
+        workers = sorted(set(woken_by) & set(watch))
+        return (Event("early_decision", {
+            "workers": workers,
+            "per_sample_ms": {str(w): round(reports.workers[w].sizing_per_sample_s * 1e3, 4) for w in workers if w in reports.workers},
+            "watch_ms": {str(w): round(watch[w] * 1e3, 4) for w in workers},
+            "reason": "their newest reports show a slowdown that batch sizing follows at once: decided on arrival, "
+                      "not at the period's end"}),)
 
     def _all_judged(self, plan: SyncPlan) -> bool:
         c = self.controller

@@ -33,6 +33,7 @@ from star.coordinator_config import CoordinatorConfig
 from star.coordinator_checks import directives_problem, join_problem, report_problem, resources_problem
 from star.coordinator_restore import restore_control, restore_coordinator, save_state
 from star.coordinator_result import result_dict
+from star.decision_clock import DecisionClock
 from star.events import EventLog
 from star.observe import JobObserver
 from star.logs import log
@@ -72,6 +73,11 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         self._rate = (time.monotonic(), 0)
         self._rate_value = 0.0
         self.observer: JobObserver | None = None  # metrics, TensorBoard, straggler summary (set by Coordinator)
+        self.clock = DecisionClock(config.control.decision_period_s)  # a report over the slowdown watch wakes the loop
+
+    def amp_state(self) -> dict[int, bool]:
+        """Per worker, whether AMP is on (the directives sent); call under the lock."""
+        return {w: d.amp for w, d in self.directives.items()}
 
     def _directives_for(self, worker: int) -> pb.Directives:
         directives = pb.Directives()
@@ -102,6 +108,10 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             accepted = self.cluster.accept(request, time.monotonic() - self.started)
             if accepted:
                 self.cluster.joined.add(request.worker_id)  # after a coordinator restart, reports are how workers are known
+            threshold = self.clock.threshold(request.worker_id) if accepted else None
+            if threshold is not None and self.cluster.sizing_above({request.worker_id: threshold}, self.amp_state(),
+                                                                  self.clock.since):
+                self.clock.wake(request.worker_id)
             if accepted and abs(request.slowdown - previous) > 0.1 * previous:
                 self.events.emit("slowdown_changed", worker=request.worker_id, iteration=request.iteration,
                                  factor=round(request.slowdown, 4), reason="replayed trace")
@@ -241,7 +251,7 @@ class Coordinator:
                          else "task calibration" if control.selection.staleness_penalty is not None else "default")
         service = self.service
         loop.period = restore_control(self, loop.controller)
-        while not self.stop.wait(control.decision_period_s):
+        while (woken_by := service.clock.wait(self.stop)) is not None:
             if service.state in ("done", "finished"):
                 loop.finish()
                 return
@@ -253,14 +263,15 @@ class Coordinator:
             stats = self._watch_ps()
             now = time.monotonic() - service.started
             with service.lock:
-                amp_state = {w: d.amp for w, d in service.directives.items()}
-                reports = Reports(service.plan, service.cluster.summaries(now, amp_state), service.cluster.total_iterations())
+                reports = Reports(service.plan, service.cluster.summaries(now, service.amp_state()), service.cluster.total_iterations())
                 hosts = service.hosts.states(now, self.config.placement)
                 finished = service.hosts.finished(now)
             for move in finished:
                 self._finish_move(move)
             in_flight = service.hosts.in_flight() is not None
-            self._perform(loop.step(now, reports, ps_input(self.ps.addresses, stats), HostsInput(hosts, in_flight)))
+            self._perform(loop.step(now, reports, ps_input(self.ps.addresses, stats), HostsInput(hosts, in_flight), woken_by=woken_by))
+            with service.lock:
+                service.clock.arm(loop.slowdown_watch(), service.cluster.report_counts())
 
     def _perform(self, actions: Actions) -> None:
         """Carry out what the control loop decided: a shard move, events, directives, a plan switch."""

@@ -18,6 +18,8 @@ summary objects, and the daemon's 4-16 workers cost microseconds.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 
 from star.policy.controller import WorkerSummary
@@ -116,11 +118,8 @@ class ReportBook:
         if len(workers) == 0:
             return {}
         a = amp_state[workers].astype(np.int64)
-        seq = self.seq[a, workers]
-        valid = (seq >= 0) & (seq >= (self.count[workers] - self.keep)[:, None])  # still in the 20-report deque
-        per_sample_s = self.per_sample_s[a, workers]
+        valid, per_sample_s, newest = self._rows(a, workers)
         per_sample = _median_rows(per_sample_s, valid)
-        newest = _newest(valid, seq, min(SIZING_WINDOW, self.window))
         sizing = _median_rows(per_sample_s, newest)
         # How far sizing's median may be from the worker's true speed by chance: one report's spread over
         # the window, over the square root of the reports in that median (star.policy.speeds.resolvable_speeds).
@@ -137,3 +136,30 @@ class ReportBook:
                    np.where(a == 1, reports, 0), reports, silent, np.where(has, sizing, 1.0),
                    np.where(has, sizing_error, 0.0))
         return dict(zip(workers.tolist(), map(WorkerSummary._make, zip(*(c.tolist() for c in columns)))))
+
+    def sizing_above(self, thresholds: Mapping[int, float], amp_state: np.ndarray, since: np.ndarray) -> list[int]:
+        """The workers of `thresholds` whose newest report, made after their count stood at `since` (the
+        watch's arming: `count.copy()` then), is above their threshold, and so is their per-sample time for
+        batch sizing (the summaries' median of their newest reports under their current AMP setting, which
+        the controller's slowdown rule reads). The newest report alone must cross too: right after an AMP
+        toggle, that median may still hold a report from before the switch under the same setting."""
+        workers = np.array([w for w in thresholds if 0 <= w < len(self.count) and self.count[w] > since[w]], dtype=np.int64)
+        if len(workers) == 0:
+            return []
+        a = amp_state[workers].astype(np.int64)
+        valid, per_sample_s, newest = self._rows(a, workers)
+        sizing = _median_rows(per_sample_s, newest)
+        seq = np.where(valid, self.seq[a, workers], -1)
+        latest = seq.argmax(axis=1)
+        rows = np.arange(len(workers))
+        fresh = seq[rows, latest] >= since[workers]
+        limit = np.array([thresholds[w] for w in workers.tolist()])
+        crossed = fresh & (per_sample_s[rows, latest] > limit) & (sizing > limit)  # nan is never above
+        return sorted(workers[crossed].tolist())
+
+    def _rows(self, a: np.ndarray, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per listed worker under AMP setting `a`: which ring entries are still among its latest `keep`
+        reports, their per-sample times, and which of them are the newest SIZING_WINDOW."""
+        seq = self.seq[a, workers]
+        valid = (seq >= 0) & (seq >= (self.count[workers] - self.keep)[:, None])  # still in the 20-report deque
+        return valid, self.per_sample_s[a, workers], _newest(valid, seq, min(SIZING_WINDOW, self.window))

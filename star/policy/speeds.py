@@ -89,6 +89,13 @@ class SpeedTracker:
         """The tracked workers whose newest time is a large slowdown (what `observe` follows at once)."""
         return sorted(w for w, s in per_sample_s.items() if w in self.tracks and self._is_jump(self.tracks[w], s))
 
+    def jump_thresholds(self) -> dict[int, float]:
+        """Per tracked worker, the per-sample time above which `observe` would follow it at once (empty without
+        `jump`): what the coordinator watches reports for, to decide without waiting for the next period."""
+        if self.jump is None:
+            return {}
+        return {w: track.reference_s * (1 + self.jump) for w, track in self.tracks.items()}
+
     def _is_jump(self, track: _Track, s: float) -> bool:
         return self.jump is not None and s > track.reference_s * (1 + self.jump)
 

@@ -47,6 +47,9 @@ from star.sim.update_log import ApplyHistory, UpdateLog
 from star.report_book import ReportBook
 from star.traces import Trace, load_trace
 
+WATCH_CHECKS = 10  # times per decision period the simulator looks for a report over the slowdown watch
+# (the daemon looks at every report; with iterations of 0.1-1 s, a tenth of a 1 s period is as soon)
+
 
 @dataclass
 class SimResult:
@@ -345,14 +348,14 @@ class Simulation:
             self.progress = float(cum[-1])
 
     # ---- the coordinator's step -------------------------------------------------
-    def _decide(self, now: float, log: UpdateLog) -> None:
+    def _decide(self, now: float, log: UpdateLog, woken_by: tuple[int, ...] = ()) -> None:
         """The coordinator's control loop (star.control_loop, as the daemon runs it); its actions applied here.
         The loop numbers the periods it decided in, not the simulator's (result "decisions"): they differ
         by the periods before the first report, and the policies only use differences of period numbers."""
         tick = time.perf_counter()
         pushes = int(self.iters.sum())  # every iteration ends in a push (a refused one crosses the link too)
         ps, hosts = coordinator_view(now, self.noise.estimate(), self.ps_hosts, pushes)
-        actions = self.loop.step(now, Reports(self.plan, self.book.summaries(now, self.amp), pushes), ps, hosts)
+        actions = self.loop.step(now, Reports(self.plan, self.book.summaries(now, self.amp), pushes), ps, hosts, woken_by)
         self.controller_s += time.perf_counter() - tick
         if actions.error is not None:
             raise actions.error
@@ -381,9 +384,11 @@ class Simulation:
         wall = time.perf_counter()
         period_s = self.control.decision_period_s
         now, period, reason = 0.0, 0, "max_iterations"
+        next_tick = period_s
         log = UpdateLog()
+        watch, since = self.loop.slowdown_watch(), self.book.count.copy()
         while True:
-            end = now + period_s
+            end = min(next_tick, now + period_s / WATCH_CHECKS) if watch else next_tick
             for g, (members, quorum) in enumerate(self.sync_groups):
                 if quorum == len(members):
                     self._run_sync(g, members, end, log)
@@ -402,8 +407,15 @@ class Simulation:
                 reason = "max_time"
                 break
             log = UpdateLog()  # a plan switch's flushed rounds belong to the next period
-            self._decide(now, log)
+            timed = now >= next_tick - 1e-9  # the period's end; else a check of the slowdown watch
+            woken_by = () if timed else tuple(self.book.sizing_above(watch, self.amp, since))
+            if not timed and not woken_by:
+                continue
+            if timed:
+                next_tick += period_s
+            self._decide(now, log, woken_by)
             period += 1
+            watch, since = self.loop.slowdown_watch(), self.book.count.copy()  # armed for the reports from now on
         self.decisions = period
         return self._result(reason, time.perf_counter() - wall, now)
 

@@ -402,3 +402,11 @@ def test_without_a_large_slowdown_a_resize_still_waits_to_be_measured():
 def test_a_negative_noise_z_names_its_field():
     with pytest.raises(ConfigError, match="control.batching.noise_z"):
         BatchConfig(noise_z=-0.5)
+
+
+def test_the_jump_thresholds_are_the_speeds_a_newest_time_must_pass_to_be_followed_at_once():
+    tracker = SpeedTracker(alpha=0.3, band=0.15, confirm=2, jump=0.3)
+    tracker.observe({0: 0.010, 1: 0.020})
+    assert tracker.jump_thresholds() == pytest.approx({0: 0.013, 1: 0.026})
+    assert tracker.jumped({0: 0.0131, 1: 0.0259}) == [0]  # the same line observe() acts on
+    assert SpeedTracker(jump=None, tracks=tracker.tracks).jump_thresholds() == {}

@@ -328,3 +328,63 @@ def test_every_batch_decision_places_every_worker_in_the_global_batch():
             assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
             assert spans[-1][1] == 6 * BATCH
     assert decisions >= 1
+
+
+# ---- the slowdown watch: a report showing a large slowdown is decided on at once ------------
+
+
+def run_watching(h: Harness, until_s: float, check_s: float = 0.05) -> None:
+    """As the daemon runs the loop: a step at every period's end, and one as soon as a report crosses the
+    slowdown watch (checked every `check_s` of fake time, after the reports that arrived by then)."""
+    start = h.steps[-1][0] if h.steps else 0.0
+    view = h.workers.view
+    since = view.report_counts()
+    for k in range(1, round((until_s - start) / check_s) + 1):
+        now_s = start + k * check_s
+        h.workers.advance(now_s)
+        timed = abs(now_s / PERIOD_S - round(now_s / PERIOD_S)) < 1e-9
+        woken_by = () if timed else tuple(view.sizing_above(h.loop.slowdown_watch(), h.amp, since))
+        if not timed and not woken_by:
+            continue
+        reports = Reports(h.plan, view.summaries(now_s, h.amp), view.total_iterations())
+        actions = h.loop.step(now_s, reports, woken_by=woken_by)
+        h.amp.update(actions.directives.amp)
+        h.steps.append((now_s, actions))
+        since = view.report_counts()
+
+
+def test_a_3x_slowdown_is_resized_when_its_report_arrives_not_at_the_period_end():
+    watching = Harness("batch", FakeWorkers(4, slow={2: (10.3, 3.0)}))
+    run_watching(watching, 12.0)
+    plain = Harness("batch", FakeWorkers(4, slow={2: (10.3, 3.0)}))
+    plain.run(12.0)
+    t_early, early = watching.events("early_decision")[0]
+    assert early["workers"] == [2] and 10.3 < t_early < 11.0
+    assert early["per_sample_ms"]["2"] > early["watch_ms"]["2"]
+    resized = [(t, e) for t, e in watching.events("batch_sizes") if t > 10.0]
+    assert resized[0][0] == t_early and resized[0][1]["sizes"]["2"] < BATCH  # the straggler's batch is cut at once
+    assert min(t for t, _ in plain.events("batch_sizes") if t > 10.0) >= 11.0  # at the next period's end without it
+
+
+def test_after_an_early_decision_the_watch_stays_off_until_the_next_timed_one():
+    h = Harness("batch", FakeWorkers(4, slow={2: (10.3, 3.0)}))
+    run_watching(h, 10.6)
+    assert h.events("early_decision") and h.loop.slowdown_watch() == {}
+    run_watching(h, 11.0)
+    watch = h.loop.slowdown_watch()
+    assert set(watch) == {0, 1, 2, 3}
+    assert watch[2] > 1.5 * PER_SAMPLE_S * 1.3  # re-armed from the straggler's new, slower reference
+
+
+@pytest.mark.parametrize("strategy", ["ssgd", "amp", "exclude"])
+def test_strategies_without_batch_sizing_watch_nothing(strategy):
+    h = Harness(strategy, FakeWorkers(4, slow={2: (5.0, 3.0)}))
+    run_watching(h, 8.0)
+    assert h.loop.slowdown_watch() == {} and not h.events("early_decision")
+
+
+def test_nothing_is_watched_before_every_worker_is_judged():
+    h = Harness("batch", FakeWorkers(4))
+    assert h.loop.slowdown_watch() == {}
+    run_watching(h, 3.0)
+    assert h.loop.state is LoopState.RUNNING and set(h.loop.slowdown_watch()) == {0, 1, 2, 3}

@@ -91,3 +91,34 @@ def test_the_book_and_the_cluster_view_summarise_like_the_plain_rule(seed):
 def test_a_book_refuses_a_window_longer_than_what_it_keeps():
     with pytest.raises(ValueError, match="window"):
         ReportBook(2, window=5, keep=4)
+
+
+def test_sizing_above_lists_the_workers_whose_newest_reports_median_passes_their_threshold():
+    book = ReportBook(3)
+    off, on = np.zeros(3, dtype=bool), np.array([False, True, False])
+    for compute_s in (0.10, 0.10, 0.10):  # 1 ms per sample at a batch of 100, every worker
+        book.record(np.array([0, 1, 2]), 0.0, np.full(3, compute_s), 0.0, np.full(3, 100), off)
+    book.record(np.array([0]), 1.0, np.array([0.30]), 0.0, np.array([100]), np.array([False]))  # newest two: 1 and 3 ms, median 2
+    book.record(np.array([1]), 1.0, np.array([0.90]), 0.0, np.array([100]), np.array([True]))  # under AMP: its own setting's reports
+    thresholds = {0: 0.0019, 1: 0.0019, 2: 0.0019, 7: 0.0}  # worker 7 never reported
+    armed = np.array([3, 3, 3, 0, 0, 0, 0, 0])  # the counts before the last reports
+    assert book.sizing_above(thresholds, off, armed) == [0]
+    assert book.sizing_above(thresholds, on, armed) == [0, 1]  # one report under AMP: its median is that report
+    assert book.sizing_above({0: 0.0021}, off, armed) == []  # the median of the newest two must cross, too
+    assert book.sizing_above(thresholds, off, book.count.copy()) == []  # no report since the watch was armed
+    assert book.sizing_above({}, off, armed) == []
+
+
+def test_right_after_an_amp_toggle_only_a_new_report_over_the_threshold_crosses_the_watch():
+    """A worker that was slow without AMP, then fast on AMP, goes back to no AMP: its off-setting median still
+    holds its slow reports from before the switch, but its new report is fast: no crossing."""
+    book = ReportBook(1)
+    one, off, on = np.array([0]), np.array([False]), np.array([True])
+    for compute_s, amp in ((0.3, off), (0.3, off), (0.1, on), (0.1, on)):
+        book.record(one, 0.0, np.array([compute_s]), 0.0, np.array([100]), amp)
+    armed = book.count.copy()
+    book.record(one, 1.0, np.array([0.1]), 0.0, np.array([100]), off)  # newest two off-setting reports: 3 ms, 1 ms
+    assert book.summaries(1.0, np.array([False]))[0].sizing_per_sample_s == pytest.approx(0.002)
+    assert book.sizing_above({0: 0.0013}, np.array([False]), armed) == []
+    summaries = book.summaries(2.0, off)
+    assert summaries[0].sizing_per_sample_s == pytest.approx(0.002)  # the same number the controller reads

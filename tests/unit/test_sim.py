@@ -197,3 +197,18 @@ def test_fit_staleness_inverts_the_convergence_models_worth_of_stale_updates():
     eff = (1 + 128 / 256) / (1 + 128 / 64)
     assert fit_staleness(70, 70 * 4 / (eff * worth), histogram, 4, b_noise=128, batch_size=64) == pytest.approx(0.4, rel=1e-6)
     assert fit_staleness(70, 250, histogram, 4) == 0.0  # fewer updates than N x SSGD's: no staleness cost
+
+
+def test_the_simulator_resizes_a_sharp_slowdown_at_the_report_not_at_the_period_end():
+    """As the coordinator does (star.decision_clock): a report over the slowdown watch brings the decision
+    forward; the decision periods' own schedule stays whole seconds."""
+    trace = generators.transient(4, 200, worker=2, factor=3.0, start_frac=0.3, end_frac=0.9)
+    result = simulate(config("batch", iterations=200, cost={"compute_noise_cv": 0.0}), trace)
+    early = [e for e in result.events if e["kind"] == "early_decision"]
+    assert early and early[0]["workers"] == [2]
+    t = early[0]["t"]
+    assert abs(t - round(t)) > 1e-6  # between two period ends
+    cut = [e for e in result.events if e["kind"] == "batch_sizes" and e["t"] == t]
+    assert cut and cut[0]["sizes"]["2"] < min(cut[0]["sizes"][str(w)] for w in (0, 1, 3))
+    timed = [e["t"] for e in result.events if e["kind"] in ("batch_sizes", "straggler_detected") and e["t"] != t]
+    assert all(abs(x - round(x)) < 1e-6 for x in timed)

@@ -49,7 +49,7 @@ class _SwitchingSimulation(Simulation):
     switch_s: float | None = None
     switch_plan = None
 
-    def _decide(self, now, log):
+    def _decide(self, now, log, woken_by=()):
         if self.switch_s is not None and abs(now - self.switch_s) < 1e-9:
             self._switch(self.switch_plan, now, log)
 

@@ -28,9 +28,9 @@ def spy_on_loop(sim: Simulation) -> list:
     seen = []
     step = sim.loop.step
 
-    def spy(now, reports, ps, hosts):
+    def spy(now, reports, ps, hosts, woken_by=()):
         seen.append((ps, hosts))
-        return step(now, reports, ps, hosts)
+        return step(now, reports, ps, hosts, woken_by)
 
     sim.loop.step = spy
     return seen

@@ -1,0 +1,62 @@
+"""The coordinator's decision clock (star.decision_clock): timed decisions, early ones woken by a report,
+and stopping. The waits here are short and no assertion depends on how long anything took."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from star.coordinator import CoordinatorConfig, CoordinatorService
+from star.decision_clock import DecisionClock
+from star.events import EventLog
+from star.policy.controller import ControlConfig
+from star.rpc import star_pb2 as pb
+
+
+def test_the_clock_returns_no_workers_at_the_period_end():
+    clock = DecisionClock(period_s=0.01)
+    assert clock.wait(threading.Event()) == ()
+
+
+def test_a_wake_returns_the_waking_worker_long_before_the_period_end_and_disarms_the_watch():
+    clock = DecisionClock(period_s=600.0)  # were the wake missed, wait() would return () after 10 minutes, not (3,)
+    clock.arm({3: 0.002, 1: 0.002}, np.zeros(4, dtype=np.int64))
+    threading.Timer(0.05, clock.wake, args=(3,)).start()
+    assert clock.wait(threading.Event()) == (3,)
+    assert clock.threshold(3) is None and clock.watch == {}
+
+
+def test_wakes_before_the_wait_are_not_lost():
+    clock = DecisionClock(period_s=600.0)
+    clock.wake(1)
+    clock.wake(2)
+    assert clock.wait(threading.Event()) == (1, 2)
+
+
+def test_a_stopped_clock_returns_none():
+    stop = threading.Event()
+    stop.set()
+    assert DecisionClock(period_s=600.0).wait(stop) is None
+
+
+class _Context:
+    def abort(self, code, details):
+        raise AssertionError(f"report refused: {details}")
+
+
+def _report(worker: int, iteration: int, per_sample_s: float) -> pb.IterationReport:
+    return pb.IterationReport(worker_id=worker, iteration=iteration, compute_s=per_sample_s * 32, push_s=0.001,
+                              batch_size=32)
+
+
+@pytest.mark.parametrize("newest_ms, woken", [(3.0, (1,)), (1.1, ())])
+def test_a_report_over_its_worker_s_threshold_wakes_the_coordinator_s_clock(tmp_path, newest_ms, woken):
+    config = CoordinatorConfig(workers=3, control=ControlConfig(decision_period_s=0.01))
+    service = CoordinatorService(config, EventLog(tmp_path / "events.jsonl"))
+    service.Report(_report(1, 1, 0.001), _Context())
+    service.clock.arm({1: 0.0019}, service.cluster.report_counts())
+    service.Report(_report(1, 2, newest_ms * 1e-3), _Context())  # newest two: 1 and `newest_ms` ms
+    assert service.clock.wait(threading.Event()) == woken
+    assert service.clock.watch == ({} if woken else {1: 0.0019})  # a wake disarms the watch
