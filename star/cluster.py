@@ -87,6 +87,11 @@ class ClusterView:
         above their threshold (star.report_book.ReportBook.sizing_above, the rule the simulator runs too)."""
         return self.book.sizing_above(thresholds, self._amp_array(amp_state), since)
 
+    def amp_switched(self, worker: int, amp_on: bool) -> None:
+        """The coordinator switched `worker`'s AMP: its older reports under the new setting are not summarised."""
+        if 0 <= worker < self.num_workers:
+            self.book.amp_switched(worker, amp_on)
+
     def report_counts(self) -> np.ndarray:
         """Reports accepted per worker so far (what `sizing_above` counts a report as new against)."""
         return self.book.count.copy()

@@ -124,6 +124,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         if problem := directives_problem(request, self.worker_limit):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         with self.lock:
+            if self.directives.get(request.worker_id, pb.Directives()).amp != request.directives.amp:
+                self.cluster.amp_switched(request.worker_id, request.directives.amp)
             self.directives[request.worker_id] = request.directives
             self.events.emit(
                 "directives",
@@ -286,7 +288,10 @@ class Coordinator:
         if actions.directives:
             with service.lock:
                 for worker, amp in actions.directives.amp.items():
-                    service.directives.setdefault(worker, pb.Directives()).amp = amp
+                    directive = service.directives.setdefault(worker, pb.Directives())
+                    if directive.amp != amp:
+                        service.cluster.amp_switched(worker, amp)
+                    directive.amp = amp
                 for worker, size in actions.directives.batch_sizes.items():
                     service.directives.setdefault(worker, pb.Directives()).batch_size = size
                 start = first_iteration_of_new_batches(service.cluster.max_iteration())

@@ -102,6 +102,16 @@ class ReportBook:
         if not np.isnan(self.last_s[worker]):
             self.last_s[worker] = now_s
 
+    def amp_switched(self, worker: int, amp_on: bool) -> None:
+        """`worker` now runs with AMP `amp_on`: its older reports under that setting are from an earlier
+        spell (for AMP switched off, from before it was switched on: the slow reports that had it switched
+        on) and must not be summarised with the new ones, so the worker is judged again on fresh reports."""
+        a = int(amp_on)
+        self.per_sample_s[a, worker] = np.nan
+        self.push_s[a, worker] = np.nan
+        self.batch[a, worker] = 0
+        self.seq[a, worker] = -1
+
     def forget(self, worker: int) -> None:
         """Drop a worker's reports (it restarted): it is summarised again once it reports anew."""
         self.per_sample_s[:, worker] = np.nan

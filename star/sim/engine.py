@@ -367,6 +367,8 @@ class Simulation:
             self.counts[event["kind"]] = self.counts.get(event["kind"], 0) + 1
             self.events.append(event)
         for worker, on in actions.directives.amp.items():
+            if self.amp[worker] != on:
+                self.book.amp_switched(worker, on)
             self.amp[worker] = on
         if actions.directives.batch_sizes:
             start = first_iteration_of_new_batches(int(self.iters.max()))

@@ -59,3 +59,23 @@ def test_a_restarted_worker_starts_a_fresh_history():
     view.forget(0)
     assert view.accept(_report(iteration=1), now_s=5.0)  # not "out of order" any more
     assert view.summaries(now_s=5.0, amp_state={})[0].reports == 1
+
+
+class _Context:
+    def abort(self, code, details):
+        raise AssertionError(f"refused: {details}")
+
+
+def test_an_operator_switching_amp_off_leaves_the_reports_from_before_it_went_on_out(tmp_path):
+    from star.coordinator import CoordinatorConfig, CoordinatorService
+    from star.events import EventLog
+
+    service = CoordinatorService(CoordinatorConfig(workers=2), EventLog(tmp_path / "events.jsonl"))
+    for i in (1, 2, 3):
+        service.Report(_report(worker=1, iteration=i, compute=0.3), _Context())
+    for on, first in ((True, 4), (False, 7)):
+        service.SetDirectives(pb.SetDirectivesRequest(worker_id=1, directives=pb.Directives(amp=on)), _Context())
+        for i in range(first, first + 3):
+            service.Report(_report(worker=1, iteration=i, compute=0.1, amp=on), _Context())
+    summary = service.cluster.summaries(1.0, service.amp_state())[1]
+    assert summary.reports == 3 and summary.per_sample_s == pytest.approx(0.1 / 32)  # the slow 0.3 s ones are out

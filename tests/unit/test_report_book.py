@@ -122,3 +122,20 @@ def test_right_after_an_amp_toggle_only_a_new_report_over_the_threshold_crosses_
     assert book.sizing_above({0: 0.0013}, np.array([False]), armed) == []
     summaries = book.summaries(2.0, off)
     assert summaries[0].sizing_per_sample_s == pytest.approx(0.002)  # the same number the controller reads
+
+
+def test_after_an_amp_switch_a_worker_is_summarised_on_fresh_reports_only():
+    """Slow without AMP (why AMP went on), fast on AMP, then AMP off: the reports from before AMP went on
+    must not make the recovered worker look slow again."""
+    book, one = ReportBook(1), np.array([0])
+    for compute_s, amp_on in ((0.3, False),) * 3 + ((0.1, True),) * 3:
+        book.record(one, 0.0, np.array([compute_s]), 0.0, np.array([100]), np.array([amp_on]))
+    off = np.array([False])
+    assert book.summaries(1.0, off)[0].reports == 3  # without the switch: the old slow reports count
+    book.amp_switched(0, False)
+    assert book.summaries(1.0, off)[0].reports == 0  # the Controller waits for fresh ones
+    for _ in range(3):
+        book.record(one, 2.0, np.array([0.12]), 0.0, np.array([100]), off)
+    summary = book.summaries(2.0, off)[0]
+    assert summary.reports == 3 and summary.per_sample_s == pytest.approx(0.0012)
+    assert book.summaries(2.0, np.array([True]))[0].reports == 3  # the other setting's reports are untouched
