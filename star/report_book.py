@@ -9,9 +9,10 @@ worker was last heard of; and for batch sizing, the median of only the latest
 `SIZING_WINDOW` (2) of them, which a step in speed fills two reports sooner (sizing has its
 own smoothing and hysteresis, `star.policy.speeds`; the detector keeps the steadier median),
 with its relative standard error from the window's spread (so that sizing does not act on
-differences its measurements cannot resolve). So right after an AMP toggle a worker has no
-(or few) matching reports and the Controller waits for fresh ones, and reports under the other setting
-older than `keep` iterations are gone. Stored as numpy ring buffers (one row per worker),
+differences its measurements cannot resolve). When the adapter switches a worker's AMP it drops that
+worker's older reports under the new setting (`amp_switched`: they are from an earlier spell), so right
+after an AMP toggle a worker has no (or few) matching reports and the Controller waits for fresh ones;
+reports under the other setting older than `keep` iterations are gone. Stored as numpy ring buffers (one row per worker),
 so summarising 1,000 simulated workers is a few array operations plus building the
 summary objects, and the daemon's 4-16 workers cost microseconds.
 """
