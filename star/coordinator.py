@@ -33,7 +33,7 @@ from star.coordinator_config import CoordinatorConfig
 from star.coordinator_checks import directives_problem, join_problem, report_problem, resources_problem
 from star.coordinator_restore import restore_control, restore_coordinator, save_state
 from star.coordinator_result import result_dict
-from star.decision_clock import DecisionClock
+from star.decision_clock import EARLY_REPLY_WAIT_S, DecisionClock
 from star.events import EventLog
 from star.observe import JobObserver
 from star.logs import log
@@ -109,13 +109,18 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             if accepted:
                 self.cluster.joined.add(request.worker_id)  # after a coordinator restart, reports are how workers are known
             threshold = self.clock.threshold(request.worker_id) if accepted else None
+            ticket = None
             if threshold is not None and self.cluster.sizing_above({request.worker_id: threshold}, self.amp_state(),
                                                                   self.clock.since):
-                self.clock.wake(request.worker_id)
+                ticket = self.clock.wake(request.worker_id)
             if accepted and abs(request.slowdown - previous) > 0.1 * previous:
                 self.events.emit("slowdown_changed", worker=request.worker_id, iteration=request.iteration,
                                  factor=round(request.slowdown, 4), reason="replayed trace")
             directives = self._directives_for(request.worker_id)
+        if ticket is not None:  # answered with the decision this report woke: the slowed worker needs it first
+            self.clock.wait_decided(ticket, EARLY_REPLY_WAIT_S)
+            with self.lock:
+                directives = self._directives_for(request.worker_id)
         if accepted and self.observer is not None:  # outside the lock: files and TensorBoard never hold up JobStatus
             self.observer.on_report(request)
         return directives
@@ -274,6 +279,7 @@ class Coordinator:
             self._perform(loop.step(now, reports, ps_input(self.ps.addresses, stats), HostsInput(hosts, in_flight), woken_by=woken_by))
             with service.lock:
                 service.clock.arm(loop.slowdown_watch(), service.cluster.report_counts())
+            service.clock.decided()
 
     def _perform(self, actions: Actions) -> None:
         """Carry out what the control loop decided: a shard move, events, directives, a plan switch."""

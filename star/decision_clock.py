@@ -9,6 +9,11 @@ report that shows the slowdown is the evidence the decision needs; the clock let
 The gRPC thread that accepts a report calls `wake()`; the control thread calls `wait()`. The watch is
 armed by the control thread after each decision, under the service's lock, and cleared by `wake()`, so
 reports bring at most one decision forward before the loop re-arms it.
+
+The report that woke a decision is answered only once that decision is made (`wait_decided`, a few tens of
+ms at most): the reply carries its directives to the worker that needs them first, the straggler, which
+reads it before its next iteration and can shrink that iteration's batch at once (star.worker.worker,
+PendingBatch) where otherwise it would run one more iteration at its old size.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Mapping
 import numpy as np
 
 STOP_POLL_S = 0.1  # how often a waiting control thread looks at the stop flag
+EARLY_REPLY_WAIT_S = 0.04  # the longest a report that woke a decision waits for it (a worker waits 0.05 s for replies)
 
 
 class DecisionClock:
@@ -31,6 +37,9 @@ class DecisionClock:
         self._wake = threading.Event()
         self._woken_by: list[int] = []
         self._next_s = time.monotonic() + period_s
+        self._decided = threading.Condition(self._lock)
+        self._started = 0  # decisions wait() has let start
+        self._finished = 0  # decisions the control thread has carried out (decided())
 
     def arm(self, watch: Mapping[int, float], report_counts: np.ndarray) -> None:
         """After a decision: the loop's slowdown watch as it now stands, for reports after `report_counts`."""
@@ -41,12 +50,26 @@ class DecisionClock:
         """The per-sample time a report from `worker` is checked against (None: not watched)."""
         return self.watch.get(worker)
 
-    def wake(self, worker: int) -> None:
-        """Decide now: a report from `worker` crossed the watch, which is off until the loop re-arms it."""
+    def wake(self, worker: int) -> int:
+        """Decide now: a report from `worker` crossed the watch, which is off until the loop re-arms it.
+        Returns the ticket `wait_decided` takes: the decision woken here is the first to finish after it."""
         with self._lock:
             self.watch = {}
             self._woken_by.append(worker)
             self._wake.set()
+            return self._started
+
+    def decided(self) -> None:
+        """The control thread has carried out the decision wait() last returned (its directives are in place)."""
+        with self._decided:
+            self._finished += 1
+            self._decided.notify_all()
+
+    def wait_decided(self, ticket: int, timeout_s: float) -> bool:
+        """Block until the decision a wake() returned `ticket` for is carried out, or `timeout_s` passed.
+        A decision under way at the wake was made without its report: the woken one is the one after it."""
+        with self._decided:
+            return self._decided.wait_for(lambda: self._finished > ticket, timeout=timeout_s)
 
     def wait(self, stop: threading.Event) -> tuple[int, ...] | None:
         """Block until the next decision: the workers whose reports woke it for an early one, () at the
@@ -58,6 +81,7 @@ class DecisionClock:
             with self._lock:
                 self._wake.clear()
                 woken_by, self._woken_by = tuple(self._woken_by), []
+                self._started += 1
             if not woken_by:  # the period's end
                 self._next_s = time.monotonic() + self.period_s
             return woken_by

@@ -45,6 +45,8 @@ class AmpConfig:
     # (once AMP was verified on some worker, the best speed-up measured replaces this assumption)
     min_added_gain: float = 0.03  # with batch sizing on: AMP stays only if it cuts the predicted iteration by this much
     # beyond batch sizes alone (it costs bf16 precision and a verification period with the worker's batch held)
+    keep_added_gain: float = 0.0  # with batch sizing on: a verified AMP switch is undone only if it adds less than this
+    # (the verification is paid by then; undoing it costs another, its batch held at an estimated speed meanwhile)
     relapse_window_periods: int = 10  # detected again within this many decisions of AMP going off as recovered:
     # a relapse (the probe found it still slow), AMP back on at the speed-up it measured, no verification
     probe_hold_periods: int = 10  # the first probe waits this many decisions after the verification; doubled per relapse

@@ -104,6 +104,7 @@ class WorkerSummary(NamedTuple):
     silent_s: float = 0.0  # seconds since its last report
     recent_per_sample_s: float | None = None  # median over fewer, newer reports: what batch sizing acts on (None: per_sample_s)
     sizing_rel_error: float = 0.0  # relative standard error of sizing_per_sample_s, from its reports' spread (0: unknown)
+    newest_per_sample_s: float | None = None  # its newest report's alone: the first report after a step in speed (None: unknown)
 
     @property
     def sizing_per_sample_s(self) -> float:
@@ -361,6 +362,9 @@ class Controller:
             self._settle_waits += 1
             return {}
         self._settle_waits = 0
+        # A slowdown's first slow report is the estimate of its new speed: the median still holds the report before it
+        per_sample_s = {**per_sample_s, **self.speeds.after_step(
+            {w: per_sample_s[w] for w in workers}, {w: active[w].newest_per_sample_s for w in workers})}
         moved = self.speeds.observe({w: per_sample_s[w] for w in workers}, first=steady_s)
         per_sample = self.speeds.reference(workers)
         fixed = {w: active[w].comm_s for w in workers}
@@ -427,14 +431,16 @@ class Controller:
 
     def _keep_amp_under_batch(self, d: AmpDecision, active: Mapping[int, WorkerSummary], per_sample: Mapping[int, float],
                               held: set[int]) -> AmpDecision:
-        """A verified AMP switch stays only if it beats batch sizes alone by min_added_gain (measured speed-up)."""
+        """A verified AMP switch stays unless it adds less than keep_added_gain to batch sizes alone (measured speed-up).
+        Lower than the bar for trying it (min_added_gain): the verification is paid by now, and undoing it holds the
+        worker's batch at an estimated speed for another verification."""
         speedup = self.amp.speedup(d.worker)
         plain = {**per_sample, d.worker: per_sample[d.worker] * speedup}
         added = self._amp_added_gain(d.worker, plain, active, held, speedup)
-        if added is None or added.gain >= self.config.amp_policy.min_added_gain:
+        if added is None or added.gain >= self.config.amp_policy.keep_added_gain:
             return d
         self.amp.mark_redundant(d.worker)
-        return AmpDecision(d.worker, False, added.explain(d.worker, speedup, self.config.amp_policy.min_added_gain, measured=True),
+        return AmpDecision(d.worker, False, added.explain(d.worker, speedup, self.config.amp_policy.keep_added_gain, measured=True),
                            speedup)
 
     def _speeds_acted_on(self, active: Mapping[int, WorkerSummary]) -> dict[int, float]:

@@ -92,6 +92,7 @@ class Simulation:
         self.batch = np.full(n, c.cost.base_batch, dtype=np.int64)
         self.next_batch = self.batch.copy()  # directed sizes, in force from iteration batch_from on (as workers do)
         self.batch_from = np.zeros(n, dtype=np.int64)
+        self.directed_s = np.full(n, -np.inf)  # when next_batch was decided: a worker hears of it in the reply to its next report
         self.clock = np.zeros(n, dtype=np.int64)  # SSP: pushes under the plan in force
         self.pulled = np.zeros(n)  # when the PS took the pull of the computation in progress (its plan: the one then)
         self.pull_at = np.full(n, np.inf)  # SSP: when a worker whose push was applied pulls again (inf: not pulling)
@@ -150,6 +151,10 @@ class Simulation:
         self.pulled[workers] = t0 if pulled is None else pulled
         due = workers[self.iters[workers] >= self.batch_from[workers]]
         self.batch[due] = self.next_batch[due]
+        # A cut it has heard of (its last report, self.arrive, came after the decision) applies at once, before it is
+        # due, as the first samples of its old batch (star.worker.worker.PendingBatch.shrinks)
+        heard = workers[(self.next_batch[workers] < self.batch[workers]) & (self.arrive[workers] >= self.directed_s[workers])]
+        self.batch[heard] = self.next_batch[heard]
         amp, batch = self.amp[workers], self.batch[workers]
         compute = self.cost.start(workers, t0, self.iters[workers], amp, batch)
         self.cur_compute[workers] = compute
@@ -374,12 +379,22 @@ class Simulation:
             start = first_iteration_of_new_batches(int(self.iters.max()))
             for worker, size in actions.directives.batch_sizes.items():
                 self.next_batch[worker], self.batch_from[worker] = size, start
+                # the report that woke the decision is answered with it (star.decision_clock): heard before its next iteration
+                self.directed_s[worker] = -np.inf if worker in woken_by else now
+            self._cut_at_once([w for w in woken_by if w in actions.directives.batch_sizes], now)
         if actions.switch is not None:
             plan = actions.switch.plan
             self._switch(plan, now, log)
             self.counts["plan"] = self.counts.get("plan", 0) + 1
             self.events.append({"t": round(now, 4), "kind": "plan", "epoch": plan.epoch, "mode": plan.label,
                                 "plan": plan.describe()})
+
+    def _cut_at_once(self, workers: list[int], now: float) -> None:
+        """A woken decision's cuts for the workers whose reports woke it: the iteration each started right after that
+        report (and is still computing) restarts at its cut size, as a real worker computes it once the reply came."""
+        cut = np.array([w for w in workers if self.next_batch[w] < self.cur_batch[w] and self.arrive[w] > now], dtype=np.int64)
+        if len(cut):
+            self._start_iteration(cut, self.start[cut], self.pulled[cut])
 
     def run(self) -> SimResult:
         c = self.config

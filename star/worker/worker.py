@@ -54,6 +54,12 @@ class PendingBatch:
     def due(self, iteration: int) -> bool:
         return iteration >= self.from_iteration
 
+    def shrinks(self, size: int) -> bool:
+        """Smaller than `size`: it can start before it is due, as the first samples of the batch it replaces. That
+        round then has fewer samples (none twice), and a straggler whose batch was cut does not run one more
+        iteration at its old size while the others wait (the reply to its report carried the cut; star.decision_clock)."""
+        return self.size < size
+
 
 class Worker:
     def __init__(self, config: WorkerConfig):
@@ -191,7 +197,13 @@ class Worker:
     def _take_due_batch(self) -> None:
         """Switch to the directed batch size and place once it is due (PendingBatch)."""
         pending = self.pending_batch
-        if pending is None or not pending.due(self.iteration):
+        if pending is None:
+            return
+        if not pending.due(self.iteration):
+            if pending.shrinks(self.batch_size):  # its place in the global batch moves when due
+                log(logger, logging.INFO, "batch size cut before the new batches start", worker=self.config.worker_id,
+                    old=self.batch_size, new=pending.size, iteration=self.iteration)
+                self.batch_size = pending.size
             return
         size, offset = pending.size, pending.offset
         if size != self.batch_size:

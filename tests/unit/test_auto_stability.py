@@ -8,7 +8,7 @@ import pytest
 
 from star.errors import ConfigError
 from star.plan import ssgd
-from star.policy.amp import AmpState
+from star.policy.amp import AmpConfig, AmpState
 from star.policy.batch import BatchConfig
 from star.policy.controller import ControlConfig, Controller, for_strategy, WorkerSummary
 from star.policy.speeds import SpeedTracker, resolvable_speeds
@@ -75,6 +75,32 @@ def test_speed_tracker_moves_only_after_confirmed_departures_from_the_band():
     assert tracker.reference([0]) == {0: 1.3}
 
 
+def test_a_step_is_followed_at_its_first_slow_report_not_at_the_median_that_straddles_it():
+    tracker = SpeedTracker(jump=0.3)
+    tracker.observe({0: 1.0, 1: 1.0})
+    # worker 0's newest report says 3.0; the median of its newest two (1.0 and 3.0) says 2.0
+    assert tracker.after_step({0: 2.0, 1: 1.0}, {0: 3.0, 1: 1.05}) == {0: 3.0, 1: 1.0}
+    # one noisy report over the jump whose median is not: not a step
+    assert tracker.after_step({0: 1.2, 1: 1.0}, {0: 1.4, 1: 1.0}) == {0: 1.2, 1: 1.0}
+    # both newest reports slow (the newest the faster of the two): the median stays
+    assert tracker.after_step({0: 3.0, 1: 1.0}, {0: 2.9, 1: None}) == {0: 3.0, 1: 1.0}
+    assert SpeedTracker().after_step({0: 2.0}, {0: 3.0}) == {0: 2.0}  # no jump rule: never
+
+
+@pytest.mark.parametrize("newest_s, straggler_batch", [(3e-3, 12), (None, 18)])
+def test_batch_sizing_cuts_a_stepped_straggler_at_its_new_speed_in_one_move(newest_s, straggler_batch):
+    """Worker 3 went from 1 to 3 ms per sample; the median of its newest two reports says 2 ms. Its newest
+    report known, it gets the third of the others' share that 3x calls for (128 / 10 = 12.8); without it
+    (the control), the half that 2 ms calls for."""
+    controller = Controller(for_strategy(ControlConfig(selector=False, amp=False), "batch"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    even = {w: WorkerSummary(1e-3, 0.0, 32, 0, 8) for w in range(4)}
+    assert not controller.decide(0, plan, even).batch_sizes  # even speeds: nothing to do
+    stepped = {**even, 3: WorkerSummary(1e-3, 0.0, 32, 0, 8, recent_per_sample_s=2e-3, newest_per_sample_s=newest_s)}
+    sizes = controller.decide(1, plan, stepped).batch_sizes
+    assert sizes[3] == straggler_batch and sum(sizes.values()) == 128
+
+
 def test_auto_does_not_try_amp_where_batch_sizes_alone_balance_the_straggler():
     controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
     plan = ssgd(range(4), epoch=1)
@@ -84,15 +110,28 @@ def test_auto_does_not_try_amp_where_batch_sizes_alone_balance_the_straggler():
     assert len(skipped) == 1 and skipped[0]["worker"] == 3 and "not tried" in skipped[0]["reason"]
 
 
-def test_auto_undoes_a_verified_amp_that_adds_too_little_to_batch_sizes():
-    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 3, 32)
+def _verify_amp_at_1_15x(keep_added_gain: float):
+    """Worker 2 (3x slower) gets AMP, which then measures only 1.15x (AMP's own 10% check passes)."""
+    config = ControlConfig(selector=False, amp_policy=AmpConfig(keep_added_gain=keep_added_gain))
+    controller = Controller(for_strategy(config, "auto"), 3, 32)
     plan = ssgd(range(3), epoch=1)
     plain = {0: 1e-3, 1: 1e-3, 2: 3e-3}
     first = [controller.decide(p, plan, summaries(plain)) for p in range(2)]
     assert first[1].amp == {2: True}  # a 2x speed-up could have paid off: tried
-    with_amp = {**plain, 2: 3e-3 / 1.15}  # measured: only 1.15x (AMP's own check, 10%, passes)
+    with_amp = {**plain, 2: 3e-3 / 1.15}
     later = [controller.decide(p, plan, summaries(with_amp, {2: 8})) for p in range(2, 5)]
-    undone = [d for d in later if d.amp]
+    return controller, plan, plain, [d for d in later if d.amp]
+
+
+def test_auto_keeps_a_verified_amp_that_adds_a_little_to_batch_sizes():
+    """The verification is paid by then; undoing AMP would hold the worker's batch for another."""
+    controller, _, _, verified = _verify_amp_at_1_15x(AmpConfig().keep_added_gain)
+    assert len(verified) == 1 and verified[0].amp == {2: True}
+    assert controller.amp.workers[2].state is not AmpState.REDUNDANT
+
+
+def test_auto_undoes_a_verified_amp_that_adds_less_than_keep_added_gain():
+    controller, plan, plain, undone = _verify_amp_at_1_15x(0.03)
     assert len(undone) == 1 and undone[0].amp == {2: False}
     event = next(e for e in undone[0].events if e["kind"] == "amp")
     assert "undone" in event["reason"] and "measured 1.15x" in event["reason"]

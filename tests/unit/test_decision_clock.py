@@ -60,3 +60,38 @@ def test_a_report_over_its_worker_s_threshold_wakes_the_coordinator_s_clock(tmp_
     service.Report(_report(1, 2, newest_ms * 1e-3), _Context())  # newest two: 1 and `newest_ms` ms
     assert service.clock.wait(threading.Event()) == woken
     assert service.clock.watch == ({} if woken else {1: 0.0019})  # a wake disarms the watch
+
+
+def test_a_woken_decision_s_ticket_is_served_by_the_decision_after_one_already_under_way():
+    clock = DecisionClock(period_s=0.01)
+    stop = threading.Event()
+    assert clock.wait(stop) == ()  # a timed decision starts...
+    ticket = clock.wake(2)  # ...and a report wakes another while it runs
+    clock.decided()  # the timed one ends: made without that report
+    assert not clock.wait_decided(ticket, timeout_s=0.01)
+    assert clock.wait(stop) == (2,)
+    clock.decided()
+    assert clock.wait_decided(ticket, timeout_s=0.0)
+
+
+def test_the_report_that_wakes_a_decision_is_answered_with_its_directives(tmp_path):
+    """The slowed worker reads the reply before its next iteration: it must carry the cut made for it."""
+    config = CoordinatorConfig(workers=3, control=ControlConfig(decision_period_s=600.0))
+    service = CoordinatorService(config, EventLog(tmp_path / "events.jsonl"))
+    service.Report(_report(1, 1, 0.001), _Context())
+    service.clock.arm({1: 0.0019}, service.cluster.report_counts())
+
+    def control_thread():  # what run_control does with a woken decision: directives in place, then decided()
+        if service.clock.wait(threading.Event()) == (1,):
+            with service.lock:
+                service.directives[1] = pb.Directives(batch_size=11)
+            service.clock.decided()
+
+    thread = threading.Thread(target=control_thread)
+    thread.start()
+    try:
+        reply = service.Report(_report(1, 2, 0.003), _Context())
+    finally:
+        thread.join(timeout=5)
+    assert reply.batch_size == 11
+    assert service.Report(_report(1, 3, 0.003), _Context()).batch_size == 11  # a report that wakes nothing: as before

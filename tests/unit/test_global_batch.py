@@ -96,26 +96,52 @@ class _Link:
         return self.latest
 
 
-def test_a_worker_takes_new_batches_from_the_named_iteration_not_when_the_directive_arrives():
-    from star.rpc import star_pb2 as pb
+def _worker():
     from star.worker.config import WorkerConfig
     from star.worker.worker import Worker
 
-    worker = Worker(WorkerConfig(worker_id=1, workers=4, task="digits"))
+    return Worker(WorkerConfig(worker_id=1, workers=4, task="digits"))
+
+
+def test_a_worker_takes_bigger_batches_from_the_named_iteration_not_when_the_directive_arrives():
+    from star.rpc import star_pb2 as pb
+
+    worker = _worker()
     base = worker.batch_size
     worker.iteration = 3
-    link = _Link(pb.Directives(batch_size=20, batch_offset=base, batch_from_iteration=5))
+    link = _Link(pb.Directives(batch_size=100, batch_offset=base, batch_from_iteration=5))
     worker._obey(link)
     worker._compute()  # iteration 3: still the old batch, from its own shard
     assert (worker.batch_size, worker.batch_offset) == (base, None)
     worker.iteration = 5
     worker._obey(link)  # the same directive read again changes nothing
     worker._compute()
-    assert (worker.batch_size, worker.batch_offset) == (20, base)
-    link.latest = pb.Directives(batch_size=20, batch_offset=base, batch_from_iteration=5)
+    assert (worker.batch_size, worker.batch_offset) == (100, base)
+    link.latest = pb.Directives(batch_size=100, batch_offset=base, batch_from_iteration=5)
     worker._obey(link)  # already in force: nothing pending
     assert worker.pending_batch is None
-    link.latest = pb.Directives(batch_size=30, batch_offset=10, batch_from_iteration=2)  # arrived late: at once
+    link.latest = pb.Directives(batch_size=130, batch_offset=10, batch_from_iteration=2)  # arrived late: at once
     worker._obey(link)
     worker._compute()
-    assert (worker.batch_size, worker.batch_offset) == (30, 10)
+    assert (worker.batch_size, worker.batch_offset) == (130, 10)
+
+
+def test_a_cut_batch_starts_at_once_as_the_first_samples_of_the_old_one_and_moves_when_due():
+    """A straggler's cut need not wait for the iteration all workers switch at: the samples it computes before
+    then are the head of the slice it had, so no sample of that round is computed twice."""
+    from star.rpc import star_pb2 as pb
+
+    worker = _worker()
+    base = worker.batch_size
+    worker.batch_offset, worker.iteration = 64, 3  # tiled: the second slice of each round's global batch
+    link = _Link(pb.Directives(batch_size=20, batch_offset=0, batch_from_iteration=5))
+    worker._obey(link)
+    worker._compute()  # iteration 3: 20 samples, still at offset 64
+    assert (worker.batch_size, worker.batch_offset) == (20, 64)
+    head, _ = worker.batches.round_batch(3, 64, 20, base)
+    whole, _ = worker.batches.round_batch(3, 64, base, base)
+    assert torch.equal(head, whole[:20])
+    worker.iteration = 5
+    worker._obey(link)
+    worker._compute()
+    assert (worker.batch_size, worker.batch_offset) == (20, 0) and worker.pending_batch is None

@@ -212,3 +212,30 @@ def test_the_simulator_resizes_a_sharp_slowdown_at_the_report_not_at_the_period_
     assert cut and cut[0]["sizes"]["2"] < min(cut[0]["sizes"][str(w)] for w in (0, 1, 3))
     timed = [e["t"] for e in result.events if e["kind"] in ("batch_sizes", "straggler_detected") and e["t"] != t]
     assert all(abs(x - round(x)) < 1e-6 for x in timed)
+
+
+@pytest.mark.parametrize("cut_at_once", [True, False])
+def test_the_straggler_computes_the_iteration_after_its_slow_report_at_its_cut_size(monkeypatch, cut_at_once):
+    """As a real worker does once the reply to the report that woke the decision carried the cut
+    (star.decision_clock, star.worker.worker.PendingBatch.shrinks). The control (False) leaves it at its old size."""
+    if not cut_at_once:
+        monkeypatch.setattr(Simulation, "_cut_at_once", lambda self, workers, now: None)
+    starts: list[tuple[int, int, int]] = []  # (worker, iteration, batch) of every start, restarts included
+    original = Simulation._start_iteration
+
+    def recording(self, workers, t0, pulled=None):
+        original(self, workers, t0, pulled)
+        starts.extend((int(w), int(self.iters[w]), int(self.cur_batch[w])) for w in workers)
+
+    monkeypatch.setattr(Simulation, "_start_iteration", recording)
+    trace = generators.transient(4, 200, worker=2, factor=3.0, start_frac=0.3, end_frac=0.9)
+    result = simulate(config("batch", iterations=200, cost={"compute_noise_cv": 0.0}), trace)
+    early = next(e for e in result.events if e["kind"] == "early_decision")
+    cut = next(e for e in result.events if e["kind"] == "batch_sizes" and e["t"] == early["t"])["sizes"]["2"]
+    batches = {i: b for w, i, b in starts if w == 2}  # a restart overwrites the start it replaces
+    first_cut = min(i for i, b in batches.items() if i >= SLOW_FROM and b == cut)
+    # iteration 60 is the first at 3x; its report wakes the decision; 61 is computed after the reply
+    assert first_cut == SLOW_FROM + 1 if cut_at_once else first_cut > SLOW_FROM + 1
+
+
+SLOW_FROM = 60  # generators.transient(4, 200, start_frac=0.3): the first slow iteration
