@@ -276,13 +276,15 @@ class Coordinator:
             for move in finished:
                 self._finish_move(move)
             in_flight = service.hosts.in_flight() is not None
-            self._perform(loop.step(now, reports, ps_input(self.ps.addresses, stats), HostsInput(hosts, in_flight), woken_by=woken_by))
+            self._perform(loop.step(now, reports, ps_input(self.ps.addresses, stats), HostsInput(hosts, in_flight), woken_by=woken_by),
+                          woken_by if control.batching.cut_at_once else ())
             with service.lock:
                 service.clock.arm(loop.slowdown_watch(), service.cluster.report_counts())
             service.clock.decided()
 
-    def _perform(self, actions: Actions) -> None:
-        """Carry out what the control loop decided: a shard move, events, directives, a plan switch."""
+    def _perform(self, actions: Actions, woken_by: tuple[int, ...] = ()) -> None:
+        """Carry out what the control loop decided: a shard move, events, directives, a plan switch. Cuts for the
+        workers whose reports woke the decision start at once (Directives.cut_at_once)."""
         service = self.service
         if actions.move is not None:
             with service.lock:
@@ -299,7 +301,9 @@ class Coordinator:
                         service.cluster.amp_switched(worker, amp)
                     directive.amp = amp
                 for worker, size in actions.directives.batch_sizes.items():
-                    service.directives.setdefault(worker, pb.Directives()).batch_size = size
+                    directive = service.directives.setdefault(worker, pb.Directives())
+                    directive.cut_at_once = worker in woken_by  # the worker starts it at once only if it is a cut
+                    directive.batch_size = size
                 start = first_iteration_of_new_batches(service.cluster.max_iteration())
                 for worker, offset in actions.directives.batch_offsets.items():
                     directive = service.directives.setdefault(worker, pb.Directives())

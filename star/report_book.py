@@ -139,14 +139,13 @@ class ReportBook:
         reports = valid.sum(axis=1)
         latest = (self.count_amp[a, workers] - 1) % self.window
         latest_batch = self.batch[a, workers, latest]
-        newest_per_sample = per_sample_s[np.arange(len(workers)), latest]
         silent = now_s - self.last_s[workers]
         # A worker with no report under its current setting gets the placeholder (1.0, 0.0, 1, 0, 0):
         # reports == 0 tells the Controller it cannot be judged yet.
         has = reports > 0
         columns = (np.where(has, per_sample, 1.0), np.where(has, comm, 0.0), np.where(has, latest_batch, 1),
                    np.where(a == 1, reports, 0), reports, silent, np.where(has, sizing, 1.0),
-                   np.where(has, sizing_error, 0.0), np.where(has, newest_per_sample, 1.0))
+                   np.where(has, sizing_error, 0.0))
         return dict(zip(workers.tolist(), map(WorkerSummary._make, zip(*(c.tolist() for c in columns)))))
 
     def sizing_above(self, thresholds: Mapping[int, float], amp_state: np.ndarray, since: np.ndarray) -> list[int]:

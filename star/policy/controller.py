@@ -104,7 +104,6 @@ class WorkerSummary(NamedTuple):
     silent_s: float = 0.0  # seconds since its last report
     recent_per_sample_s: float | None = None  # median over fewer, newer reports: what batch sizing acts on (None: per_sample_s)
     sizing_rel_error: float = 0.0  # relative standard error of sizing_per_sample_s, from its reports' spread (0: unknown)
-    newest_per_sample_s: float | None = None  # its newest report's alone: the first report after a step in speed (None: unknown)
 
     @property
     def sizing_per_sample_s(self) -> float:
@@ -362,9 +361,6 @@ class Controller:
             self._settle_waits += 1
             return {}
         self._settle_waits = 0
-        # A slowdown's first slow report is the estimate of its new speed: the median still holds the report before it
-        per_sample_s = {**per_sample_s, **self.speeds.after_step(
-            {w: per_sample_s[w] for w in workers}, {w: active[w].newest_per_sample_s for w in workers})}
         moved = self.speeds.observe({w: per_sample_s[w] for w in workers}, first=steady_s)
         per_sample = self.speeds.reference(workers)
         fixed = {w: active[w].comm_s for w in workers}

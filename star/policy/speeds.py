@@ -89,19 +89,6 @@ class SpeedTracker:
         """The tracked workers whose newest time is a large slowdown (what `observe` follows at once)."""
         return sorted(w for w, s in per_sample_s.items() if w in self.tracks and self._is_jump(self.tracks[w], s))
 
-    def after_step(self, per_sample_s: Mapping[int, float], newest_s: Mapping[int, float | None]) -> dict[int, float]:
-        """`per_sample_s` with a tracked worker's newest report in place of its median where the median is a large
-        slowdown (`jump`) and the newest report is above it. Right after a step the median over the newest reports still
-        holds one made before it: sized on it, a 3x straggler's batch is cut by about half the step, and by the rest
-        only a report (an iteration at 2x the others' time) later."""
-        stepped = {}
-        for w, s in per_sample_s.items():
-            newest = newest_s.get(w)
-            track = self.tracks.get(w)
-            jump = track is not None and self._is_jump(track, s)  # the median says so too: not one noisy report
-            stepped[w] = newest if jump and newest is not None and newest > s else s
-        return stepped
-
     def jump_thresholds(self) -> dict[int, float]:
         """Per tracked worker, the per-sample time above which `observe` would follow it at once (empty without
         `jump`): what the coordinator watches reports for, to decide without waiting for the next period."""

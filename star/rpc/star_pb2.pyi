@@ -331,18 +331,20 @@ class JoinRequest(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., batch_size: _Optional[int] = ...) -> None: ...
 
 class Directives(_message.Message):
-    __slots__ = ("amp", "batch_size", "stop", "batch_offset", "batch_from_iteration")
+    __slots__ = ("amp", "batch_size", "stop", "batch_offset", "batch_from_iteration", "cut_at_once")
     AMP_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     BATCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
     BATCH_FROM_ITERATION_FIELD_NUMBER: _ClassVar[int]
+    CUT_AT_ONCE_FIELD_NUMBER: _ClassVar[int]
     amp: bool
     batch_size: int
     stop: bool
     batch_offset: int
     batch_from_iteration: int
-    def __init__(self, amp: _Optional[bool] = ..., batch_size: _Optional[int] = ..., stop: _Optional[bool] = ..., batch_offset: _Optional[int] = ..., batch_from_iteration: _Optional[int] = ...) -> None: ...
+    cut_at_once: bool
+    def __init__(self, amp: _Optional[bool] = ..., batch_size: _Optional[int] = ..., stop: _Optional[bool] = ..., batch_offset: _Optional[int] = ..., batch_from_iteration: _Optional[int] = ..., cut_at_once: _Optional[bool] = ...) -> None: ...
 
 class JoinReply(_message.Message):
     __slots__ = ("ps_addresses", "directives")

@@ -92,7 +92,6 @@ class Simulation:
         self.batch = np.full(n, c.cost.base_batch, dtype=np.int64)
         self.next_batch = self.batch.copy()  # directed sizes, in force from iteration batch_from on (as workers do)
         self.batch_from = np.zeros(n, dtype=np.int64)
-        self.directed_s = np.full(n, -np.inf)  # when next_batch was decided: a worker hears of it in the reply to its next report
         self.clock = np.zeros(n, dtype=np.int64)  # SSP: pushes under the plan in force
         self.pulled = np.zeros(n)  # when the PS took the pull of the computation in progress (its plan: the one then)
         self.pull_at = np.full(n, np.inf)  # SSP: when a worker whose push was applied pulls again (inf: not pulling)
@@ -151,10 +150,6 @@ class Simulation:
         self.pulled[workers] = t0 if pulled is None else pulled
         due = workers[self.iters[workers] >= self.batch_from[workers]]
         self.batch[due] = self.next_batch[due]
-        # A cut it has heard of (its last report, self.arrive, came after the decision) applies at once, before it is
-        # due, as the first samples of its old batch (star.worker.worker.PendingBatch.shrinks)
-        heard = workers[(self.next_batch[workers] < self.batch[workers]) & (self.arrive[workers] >= self.directed_s[workers])]
-        self.batch[heard] = self.next_batch[heard]
         amp, batch = self.amp[workers], self.batch[workers]
         compute = self.cost.start(workers, t0, self.iters[workers], amp, batch)
         self.cur_compute[workers] = compute
@@ -379,9 +374,8 @@ class Simulation:
             start = first_iteration_of_new_batches(int(self.iters.max()))
             for worker, size in actions.directives.batch_sizes.items():
                 self.next_batch[worker], self.batch_from[worker] = size, start
-                # the report that woke the decision is answered with it (star.decision_clock): heard before its next iteration
-                self.directed_s[worker] = -np.inf if worker in woken_by else now
-            self._cut_at_once([w for w in woken_by if w in actions.directives.batch_sizes], now)
+            if self.control.batching.cut_at_once:
+                self._cut_at_once([w for w in woken_by if w in actions.directives.batch_sizes], now)
         if actions.switch is not None:
             plan = actions.switch.plan
             self._switch(plan, now, log)
@@ -390,11 +384,14 @@ class Simulation:
                                 "plan": plan.describe()})
 
     def _cut_at_once(self, workers: list[int], now: float) -> None:
-        """A woken decision's cuts for the workers whose reports woke it: the iteration each started right after that
-        report (and is still computing) restarts at its cut size, as a real worker computes it once the reply came."""
-        cut = np.array([w for w in workers if self.next_batch[w] < self.cur_batch[w] and self.arrive[w] > now], dtype=np.int64)
-        if len(cut):
-            self._start_iteration(cut, self.start[cut], self.pulled[cut])
+        """A woken decision's cuts for the workers whose reports woke it (Directives.cut_at_once): the iteration each
+        started right after that report (and is still computing) restarts at its cut size, as a real worker computes
+        it once the reply came; its later iterations keep the cut until the new batches are due. Other cuts wait."""
+        cut = np.array([w for w in workers if self.next_batch[w] < self.batch[w]], dtype=np.int64)
+        self.batch[cut] = self.next_batch[cut]
+        computing = cut[self.arrive[cut] > now]
+        if len(computing):
+            self._start_iteration(computing, self.start[computing], self.pulled[computing])
 
     def run(self) -> SimResult:
         c = self.config

@@ -50,15 +50,17 @@ class PendingBatch:
     size: int
     offset: int | None  # position in each round's global batch (None: the next batch of its own shard)
     from_iteration: int  # the first iteration computed with it; a directive that arrives later applies at once
+    at_once: bool = False  # a cut that starts at once (Directives.cut_at_once)
 
     def due(self, iteration: int) -> bool:
         return iteration >= self.from_iteration
 
     def shrinks(self, size: int) -> bool:
-        """Smaller than `size`: it can start before it is due, as the first samples of the batch it replaces. That
-        round then has fewer samples (none twice), and a straggler whose batch was cut does not run one more
-        iteration at its old size while the others wait (the reply to its report carried the cut; star.decision_clock)."""
-        return self.size < size
+        """A cut from `size` marked to start at once: before it is due, as the first samples of the batch it replaces.
+        That round then has fewer samples (none twice), and a straggler whose batch was cut does not run one more
+        iteration at its old size while the others wait (the reply to its report carried the cut; star.decision_clock).
+        Other cuts wait for the common iteration: each would cost a round some samples."""
+        return self.at_once and self.size < size
 
 
 class Worker:
@@ -192,7 +194,7 @@ class Worker:
         size = directives.batch_size or self.batch_size
         offset = directives.batch_offset if directives.HasField("batch_offset") else self.batch_offset
         changed = (size, offset) != (self.batch_size, self.batch_offset)
-        self.pending_batch = PendingBatch(size, offset, directives.batch_from_iteration) if changed else None
+        self.pending_batch = PendingBatch(size, offset, directives.batch_from_iteration, directives.cut_at_once) if changed else None
 
     def _take_due_batch(self) -> None:
         """Switch to the directed batch size and place once it is due (PendingBatch)."""

@@ -75,32 +75,6 @@ def test_speed_tracker_moves_only_after_confirmed_departures_from_the_band():
     assert tracker.reference([0]) == {0: 1.3}
 
 
-def test_a_step_is_followed_at_its_first_slow_report_not_at_the_median_that_straddles_it():
-    tracker = SpeedTracker(jump=0.3)
-    tracker.observe({0: 1.0, 1: 1.0})
-    # worker 0's newest report says 3.0; the median of its newest two (1.0 and 3.0) says 2.0
-    assert tracker.after_step({0: 2.0, 1: 1.0}, {0: 3.0, 1: 1.05}) == {0: 3.0, 1: 1.0}
-    # one noisy report over the jump whose median is not: not a step
-    assert tracker.after_step({0: 1.2, 1: 1.0}, {0: 1.4, 1: 1.0}) == {0: 1.2, 1: 1.0}
-    # both newest reports slow (the newest the faster of the two): the median stays
-    assert tracker.after_step({0: 3.0, 1: 1.0}, {0: 2.9, 1: None}) == {0: 3.0, 1: 1.0}
-    assert SpeedTracker().after_step({0: 2.0}, {0: 3.0}) == {0: 2.0}  # no jump rule: never
-
-
-@pytest.mark.parametrize("newest_s, straggler_batch", [(3e-3, 12), (None, 18)])
-def test_batch_sizing_cuts_a_stepped_straggler_at_its_new_speed_in_one_move(newest_s, straggler_batch):
-    """Worker 3 went from 1 to 3 ms per sample; the median of its newest two reports says 2 ms. Its newest
-    report known, it gets the third of the others' share that 3x calls for (128 / 10 = 12.8); without it
-    (the control), the half that 2 ms calls for."""
-    controller = Controller(for_strategy(ControlConfig(selector=False, amp=False), "batch"), 4, 32)
-    plan = ssgd(range(4), epoch=1)
-    even = {w: WorkerSummary(1e-3, 0.0, 32, 0, 8) for w in range(4)}
-    assert not controller.decide(0, plan, even).batch_sizes  # even speeds: nothing to do
-    stepped = {**even, 3: WorkerSummary(1e-3, 0.0, 32, 0, 8, recent_per_sample_s=2e-3, newest_per_sample_s=newest_s)}
-    sizes = controller.decide(1, plan, stepped).batch_sizes
-    assert sizes[3] == straggler_batch and sum(sizes.values()) == 128
-
-
 def test_auto_does_not_try_amp_where_batch_sizes_alone_balance_the_straggler():
     controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
     plan = ssgd(range(4), epoch=1)

@@ -95,3 +95,19 @@ def test_the_report_that_wakes_a_decision_is_answered_with_its_directives(tmp_pa
         thread.join(timeout=5)
     assert reply.batch_size == 11
     assert service.Report(_report(1, 3, 0.003), _Context()).batch_size == 11  # a report that wakes nothing: as before
+
+
+def test_only_the_worker_whose_report_woke_the_decision_is_told_to_cut_at_once(tmp_path):
+    from star.control_loop import Actions, Directives
+    from star.coordinator import Coordinator
+
+    coordinator = Coordinator(CoordinatorConfig(workers=3, out=str(tmp_path), ps_addresses=("127.0.0.1:1",)))  # never dialled
+    try:
+        sizes = {0: 40, 1: 11, 2: 45}
+        coordinator._perform(Actions(directives=Directives(batch_sizes=sizes, batch_offsets={0: 0, 1: 40, 2: 51})), woken_by=(1,))
+        told = {w: d.cut_at_once for w, d in coordinator.service.directives.items()}
+        assert told == {0: False, 1: True, 2: False}
+        coordinator._perform(Actions(directives=Directives(batch_sizes={1: 30, 0: 30, 2: 36})))  # a timed decision
+        assert not any(d.cut_at_once for d in coordinator.service.directives.values())
+    finally:
+        coordinator.ps.close()

@@ -126,18 +126,20 @@ def test_a_worker_takes_bigger_batches_from_the_named_iteration_not_when_the_dir
     assert (worker.batch_size, worker.batch_offset) == (130, 10)
 
 
-def test_a_cut_batch_starts_at_once_as_the_first_samples_of_the_old_one_and_moves_when_due():
-    """A straggler's cut need not wait for the iteration all workers switch at: the samples it computes before
-    then are the head of the slice it had, so no sample of that round is computed twice."""
+@pytest.mark.parametrize("at_once", [True, False])
+def test_a_cut_marked_at_once_starts_as_the_first_samples_of_the_old_batch_and_moves_when_due(at_once):
+    """The straggler whose report woke the decision need not wait for the iteration all workers switch at: the samples
+    it computes before then are the head of the slice it had, so no sample of that round is computed twice. A cut
+    not so marked (the control) waits like any other change."""
     from star.rpc import star_pb2 as pb
 
     worker = _worker()
     base = worker.batch_size
     worker.batch_offset, worker.iteration = 64, 3  # tiled: the second slice of each round's global batch
-    link = _Link(pb.Directives(batch_size=20, batch_offset=0, batch_from_iteration=5))
+    link = _Link(pb.Directives(batch_size=20, batch_offset=0, batch_from_iteration=5, cut_at_once=at_once))
     worker._obey(link)
-    worker._compute()  # iteration 3: 20 samples, still at offset 64
-    assert (worker.batch_size, worker.batch_offset) == (20, 64)
+    worker._compute()  # iteration 3: 20 samples at offset 64 if at once, else still the old batch
+    assert (worker.batch_size, worker.batch_offset) == ((20, 64) if at_once else (base, 64))
     head, _ = worker.batches.round_batch(3, 64, 20, base)
     whole, _ = worker.batches.round_batch(3, 64, base, base)
     assert torch.equal(head, whole[:20])

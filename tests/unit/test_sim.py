@@ -217,9 +217,8 @@ def test_the_simulator_resizes_a_sharp_slowdown_at_the_report_not_at_the_period_
 @pytest.mark.parametrize("cut_at_once", [True, False])
 def test_the_straggler_computes_the_iteration_after_its_slow_report_at_its_cut_size(monkeypatch, cut_at_once):
     """As a real worker does once the reply to the report that woke the decision carried the cut
-    (star.decision_clock, star.worker.worker.PendingBatch.shrinks). The control (False) leaves it at its old size."""
-    if not cut_at_once:
-        monkeypatch.setattr(Simulation, "_cut_at_once", lambda self, workers, now: None)
+    (star.decision_clock, star.worker.worker.PendingBatch.shrinks). With control.batching.cut_at_once off (the
+    control) it keeps its old size until the common iteration."""
     starts: list[tuple[int, int, int]] = []  # (worker, iteration, batch) of every start, restarts included
     original = Simulation._start_iteration
 
@@ -229,7 +228,8 @@ def test_the_straggler_computes_the_iteration_after_its_slow_report_at_its_cut_s
 
     monkeypatch.setattr(Simulation, "_start_iteration", recording)
     trace = generators.transient(4, 200, worker=2, factor=3.0, start_frac=0.3, end_frac=0.9)
-    result = simulate(config("batch", iterations=200, cost={"compute_noise_cv": 0.0}), trace)
+    result = simulate(config("batch", iterations=200, cost={"compute_noise_cv": 0.0},
+                             control={"batching": {"cut_at_once": cut_at_once}}), trace)
     early = next(e for e in result.events if e["kind"] == "early_decision")
     cut = next(e for e in result.events if e["kind"] == "batch_sizes" and e["t"] == early["t"])["sizes"]["2"]
     batches = {i: b for w, i, b in starts if w == 2}  # a restart overwrites the start it replaces

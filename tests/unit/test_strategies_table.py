@@ -40,7 +40,21 @@ def test_summary_csv_has_the_interface_columns_and_paired_ratios(tmp_path, monke
     assert float(auto["vs_best_lo"]) == pytest.approx(0.31 / 0.3, abs=1e-3) == pytest.approx(float(auto["vs_best_hi"]), abs=1e-3)
     assert float(batch["vs_ssgd"]) == pytest.approx(0.5)
     assert float(batch["mitigation"]) == pytest.approx(1.0)
+    # seed by seed: (0.6 - 0.31) / (0.6 - 0.3) in every seed, whatever its updates to target
+    assert float(auto["mitigation_paired"]) == pytest.approx(0.29 / 0.3, abs=1e-3)
+    assert float(auto["mitigation_paired_lo"]) == pytest.approx(float(auto["mitigation_paired_hi"]), abs=1e-3)
+    assert rows["clean"]["mitigation_paired"] == "" and rows["auto-clean"]["mitigation_paired"] == ""
     assert rows["auto-clean"]["detections"] == "0"
+
+
+def test_paired_mitigation_is_taken_seed_by_seed_not_from_medians_of_different_seeds():
+    clean, straggled = [10.0, 13.0, 11.0], [20.0, 22.0, 21.0]
+    auto = [11.0, 13.0, 13.0]  # per seed 0.9, 1.0, 0.8
+    median, lo, hi = strategies.paired_mitigation(clean, straggled, auto, 0.9)
+    assert median == pytest.approx(0.9) and lo == pytest.approx(0.8) and hi == pytest.approx(1.0)
+    unpaired = strategies.mitigation(11.0, 21.0, 13.0)  # medians: 0.8, taken from three different seeds' runs
+    assert unpaired == pytest.approx(0.8)
+    assert strategies.paired_mitigation(clean, straggled, [None, 13.0, 13.0], 0.9)[0] == pytest.approx(0.9)
 
 
 def test_an_interrupted_run_stops_the_whole_strategies_benchmark_and_keeps_what_was_measured(tmp_path, monkeypatch, capsys):
@@ -76,3 +90,15 @@ def test_launch_or_stop_turns_an_interruption_before_any_result_into_a_stop_of_t
     monkeypatch.setattr(star.launch, "launch", interrupted)
     with pytest.raises(KeyboardInterrupt):
         star.launch.launch_or_stop(None)
+
+
+def test_summarise_only_rewrites_the_same_summary_from_runs_csv(tmp_path, monkeypatch):
+    monkeypatch.setattr(strategies, "run_one", fake_run)
+    monkeypatch.setattr(strategies, "write_report", lambda runs, out=None: None)
+    out = tmp_path / "out"
+    assert strategies.main(["--trace", "mid3x", "--strategies", "ssgd,batch,kofn,auto", "--repeats", "3", "--out", str(out)]) == 0
+    first = (out / "summary.csv").read_text()
+    (out / "summary.csv").unlink()
+    monkeypatch.setattr(strategies, "run_one", lambda *a: pytest.fail("--summarise-only ran a job"))
+    assert strategies.main(["--summarise-only", "--out", str(out)]) == 0
+    assert (out / "summary.csv").read_text() == first
