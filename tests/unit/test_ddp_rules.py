@@ -59,3 +59,31 @@ def test_rank_environment_is_torchruns():
     assert {k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")} == {
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
         "LOCAL_WORLD_SIZE": "4"}
+
+
+class _Exited:
+    def __init__(self, code):
+        self.code = code
+
+    def poll(self):
+        return self.code
+
+
+@pytest.mark.parametrize("result_written", [True, False])
+def test_a_rank_that_dies_after_the_result_is_written_is_reported_not_failed(tmp_path, capsys, result_written):
+    """gloo's teardown can abort a rank (exit -6) after rank 0 wrote result.json: the job's outcome stands.
+    Before the result, the same exit fails the job."""
+    from star.ddp import _wait
+    from star.processes import LaunchError
+
+    log = tmp_path / "worker1.log"
+    log.write_text("terminate called without an active exception\n")
+    if result_written:
+        (tmp_path / "result.json").write_text("{}")
+    ranks = [(0, _Exited(0), tmp_path / "worker0.log"), (1, _Exited(-6), log)]
+    if result_written:
+        _wait(ranks, tmp_path, None, timeout_s=5.0)
+        assert "rank 1 exited with code -6 after the result was written" in capsys.readouterr().err
+    else:
+        with pytest.raises(LaunchError, match="rank 1 exited with code -6"):
+            _wait(ranks, tmp_path, None, timeout_s=5.0)
