@@ -197,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.summarise_only:
+        if not (out / "runs.csv").is_file():
+            print(f"strategies: --summarise-only needs {out / 'runs.csv'} (a folder an earlier run wrote); not found",
+                  file=sys.stderr)
+            return 2
         raw = read_runs(out / "runs.csv")
         names = list(dict.fromkeys(r["run"] for r in raw))
         names = [n for n in ("clean",) if n in names] + [n for n in names if n not in ("clean", "auto-clean")] + \

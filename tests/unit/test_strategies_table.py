@@ -102,3 +102,8 @@ def test_summarise_only_rewrites_the_same_summary_from_runs_csv(tmp_path, monkey
     monkeypatch.setattr(strategies, "run_one", lambda *a: pytest.fail("--summarise-only ran a job"))
     assert strategies.main(["--summarise-only", "--out", str(out)]) == 0
     assert (out / "summary.csv").read_text() == first
+
+
+def test_summarise_only_without_runs_csv_names_the_missing_file(tmp_path, capsys):
+    assert strategies.main(["--summarise-only", "--out", str(tmp_path / "nothing")]) == 2
+    assert "nothing/runs.csv" in capsys.readouterr().err
