@@ -87,6 +87,10 @@ class ClusterView:
         above their threshold (star.report_book.ReportBook.sizing_above, the rule the simulator runs too)."""
         return self.book.sizing_above(thresholds, self._amp_array(amp_state), since)
 
+    def unsized(self, workers: list[int] | tuple[int, ...], amp_state: dict[int, bool], min_reports: int) -> list[int]:
+        """The listed workers the controller cannot size yet (star.report_book.ReportBook.unsized)."""
+        return self.book.unsized(workers, self._amp_array(amp_state), min_reports)
+
     def amp_switched(self, worker: int, amp_on: bool) -> None:
         """The coordinator switched `worker`'s AMP: its older reports under the new setting are not summarised."""
         if 0 <= worker < self.num_workers:

@@ -108,10 +108,9 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             accepted = self.cluster.accept(request, time.monotonic() - self.started)
             if accepted:
                 self.cluster.joined.add(request.worker_id)  # after a coordinator restart, reports are how workers are known
-            threshold = self.clock.threshold(request.worker_id) if accepted else None
             ticket = None
-            if threshold is not None and self.cluster.sizing_above({request.worker_id: threshold}, self.amp_state(),
-                                                                  self.clock.since):
+            workers = self.plan.workers if self.plan else ()
+            if accepted and self.clock.crossed(request.worker_id, self.cluster, self.amp_state(), workers):
                 ticket = self.clock.wake(request.worker_id)
             if accepted and abs(request.slowdown - previous) > 0.1 * previous:
                 self.events.emit("slowdown_changed", worker=request.worker_id, iteration=request.iteration,
@@ -279,7 +278,9 @@ class Coordinator:
             self._perform(loop.step(now, reports, ps_input(self.ps.addresses, stats), HostsInput(hosts, in_flight), woken_by=woken_by),
                           woken_by if control.batching.cut_at_once else ())
             with service.lock:
-                service.clock.arm(loop.slowdown_watch(), service.cluster.report_counts())
+                min_reports, workers = loop.sizing_watch(), service.plan.workers if service.plan else ()
+                unsized = service.cluster.unsized(workers, service.amp_state(), min_reports) if min_reports else ()
+                service.clock.arm(loop.slowdown_watch(), service.cluster.report_counts(), unsized, min_reports or 0)
             service.clock.decided()
 
     def _perform(self, actions: Actions, woken_by: tuple[int, ...] = ()) -> None:

@@ -1,5 +1,6 @@
 """When the coordinator decides next: at the end of every decision period, or at once when a report
-crosses the control loop's slowdown watch (star.control_loop.ControlLoop.slowdown_watch).
+crosses the control loop's slowdown watch (star.control_loop.ControlLoop.slowdown_watch), or makes the
+last unsized worker of the plan sizable (its sizing watch: the start, after an AMP switch).
 
 Why: a worker that slows down sharply while it holds a large batch holds every synchronous round back
 until its batch is cut. Waiting for the period's end added up to a period (on average half of one) to
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -33,6 +34,8 @@ class DecisionClock:
         self.period_s = period_s
         self.watch: Mapping[int, float] = {}  # worker -> per-sample time above which its report wakes the loop
         self.since = np.zeros(0, dtype=np.int64)  # per worker, its report count when the watch was armed
+        self.unsized: frozenset[int] = frozenset()  # workers batch sizing waited for when armed: the report that ...
+        self.min_reports = 0  # ... brings the last of them to this many reports under its AMP setting wakes the loop
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._woken_by: list[int] = []
@@ -41,20 +44,31 @@ class DecisionClock:
         self._started = 0  # decisions wait() has let start
         self._finished = 0  # decisions the control thread has carried out (decided())
 
-    def arm(self, watch: Mapping[int, float], report_counts: np.ndarray) -> None:
-        """After a decision: the loop's slowdown watch as it now stands, for reports after `report_counts`."""
+    def arm(self, watch: Mapping[int, float], report_counts: np.ndarray, unsized: Iterable[int] = (),
+            min_reports: int = 0) -> None:
+        """After a decision: the loop's slowdown watch as it now stands, for reports after `report_counts`, and its
+        sizing watch: the `unsized` workers of the plan and the report count that makes them sizable."""
         with self._lock:
             self.watch, self.since = watch, report_counts
+            self.unsized, self.min_reports = frozenset(unsized), min_reports
 
     def threshold(self, worker: int) -> float | None:
         """The per-sample time a report from `worker` is checked against (None: not watched)."""
         return self.watch.get(worker)
 
+    def crossed(self, worker: int, cluster: Any, amp_state: Mapping[int, bool], plan_workers: Iterable[int]) -> bool:
+        """Whether the report just accepted from `worker` crosses a watch: it shows a slowdown over the worker's
+        threshold, or it is the one that leaves no worker of the plan unsized. `cluster`: a star.cluster.ClusterView."""
+        threshold = self.watch.get(worker)
+        if threshold is not None and cluster.sizing_above({worker: threshold}, amp_state, self.since):
+            return True
+        return worker in self.unsized and not cluster.unsized(tuple(plan_workers), amp_state, self.min_reports)
+
     def wake(self, worker: int) -> int:
-        """Decide now: a report from `worker` crossed the watch, which is off until the loop re-arms it.
+        """Decide now: a report from `worker` crossed a watch; both are off until the loop re-arms them.
         Returns the ticket `wait_decided` takes: the decision woken here is the first to finish after it."""
         with self._lock:
-            self.watch = {}
+            self.watch, self.unsized = {}, frozenset()
             self._woken_by.append(worker)
             self._wake.set()
             return self._started

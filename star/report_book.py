@@ -168,6 +168,15 @@ class ReportBook:
         crossed = fresh & (per_sample_s[rows, latest] > limit) & (sizing > limit)  # nan is never above
         return sorted(workers[crossed].tolist())
 
+    def unsized(self, workers: list[int] | tuple[int, ...], amp_state: np.ndarray, min_reports: int) -> list[int]:
+        """The listed workers with fewer than `min_reports` summarised reports under their current AMP setting
+        (WorkerSummary.reports): those the controller cannot judge or size yet (the start, after an AMP switch)."""
+        listed = np.array([w for w in workers if 0 <= w < len(self.count)], dtype=np.int64)
+        if len(listed) == 0:
+            return []
+        valid, _, _ = self._rows(amp_state[listed].astype(np.int64), listed)
+        return sorted(listed[valid.sum(axis=1) < min_reports].tolist())
+
     def _rows(self, a: np.ndarray, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per listed worker under AMP setting `a`: which ring entries are still among its latest `keep`
         reports, their per-sample times, and which of them are the newest SIZING_WINDOW."""

@@ -361,6 +361,7 @@ class Controller:
             self._settle_waits += 1
             return {}
         self._settle_waits = 0
+        leaps = set(self.speeds.jumped({w: per_sample_s[w] for w in workers}))  # before observe() follows them
         moved = self.speeds.observe({w: per_sample_s[w] for w in workers}, first=steady_s)
         per_sample = self.speeds.reference(workers)
         fixed = {w: active[w].comm_s for w in workers}
@@ -373,7 +374,10 @@ class Controller:
         current = {w: self.batch_sizes.get(w, self.base_batch) for w in workers}
         gain, required = predicted_gain(current, proposed, per_sample, fixed), 0.0 if correcting else c.required_gain()
         # Judged on the differences the measurements resolve: noise alone would pass the minimum gain
-        resolved = resolvable_speeds(per_sample, {w: active[w].sizing_rel_error for w in workers}, c.noise_z)
+        # A slowdown past the jump threshold is resolved by that rule: its window's spread is the step, not noise
+        # (right after a step, reports from both sides of it look like a 50-80% spread and would hide it).
+        resolved = resolvable_speeds(per_sample, {w: 0.0 if w in leaps else active[w].sizing_rel_error for w in workers},
+                                     c.noise_z)
         resolved_gain = predicted_gain(current, proposed, resolved, fixed)
         if proposed == current or gain < required or (resolved_gain < required and not correcting):
             return {}

@@ -383,6 +383,14 @@ class Simulation:
             self.events.append({"t": round(now, 4), "kind": "plan", "epoch": plan.epoch, "mode": plan.label,
                                 "plan": plan.describe()})
 
+    def _sizing_watch(self) -> tuple[list[int], int]:
+        """The loop's sizing watch as the daemon arms it: the plan's unsized workers and the report count that
+        makes them sizable ([] when the loop does not watch)."""
+        min_reports = self.loop.sizing_watch()
+        if not min_reports:
+            return [], 0
+        return self.book.unsized(self.plan.workers, self.amp, min_reports), min_reports
+
     def _cut_at_once(self, workers: list[int], now: float) -> None:
         """A woken decision's cuts for the workers whose reports woke it (Directives.cut_at_once): the iteration each
         started right after that report (and is still computing) restarts at its cut size, as a real worker computes
@@ -401,8 +409,10 @@ class Simulation:
         next_tick = period_s
         log = UpdateLog()
         watch, since = self.loop.slowdown_watch(), self.book.count.copy()
+        unsized, min_reports = self._sizing_watch()
         while True:
-            end = min(next_tick, now + period_s / WATCH_CHECKS) if watch else next_tick
+            checked = self.book.count.copy()
+            end = min(next_tick, now + period_s / WATCH_CHECKS) if watch or unsized else next_tick
             for g, (members, quorum) in enumerate(self.sync_groups):
                 if quorum == len(members):
                     self._run_sync(g, members, end, log)
@@ -423,6 +433,9 @@ class Simulation:
             log = UpdateLog()  # a plan switch's flushed rounds belong to the next period
             timed = now >= next_tick - 1e-9  # the period's end; else a check of the slowdown watch
             woken_by = () if timed else tuple(self.book.sizing_above(watch, self.amp, since))
+            if not timed and unsized and not self.book.unsized(self.plan.workers, self.amp, min_reports):
+                # the last unsized workers became sizable in this check: those that reported since the last one
+                woken_by = tuple(sorted(set(woken_by) | {w for w in unsized if self.book.count[w] > checked[w]}))
             if not timed and not woken_by:
                 continue
             if timed:
@@ -430,6 +443,7 @@ class Simulation:
             self._decide(now, log, woken_by)
             period += 1
             watch, since = self.loop.slowdown_watch(), self.book.count.copy()  # armed for the reports from now on
+            unsized, min_reports = self._sizing_watch()
         self.decisions = period
         return self._result(reason, time.perf_counter() - wall, now)
 

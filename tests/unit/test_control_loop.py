@@ -31,8 +31,11 @@ class FakeWorkers:
     silent: worker -> (from_s, until_s) no reports in between; start: worker -> first report time.
     """
 
-    def __init__(self, n: int, iteration_s: float = 0.25, slow=None, silent=None, start=None, every=None):
+    def __init__(self, n: int, iteration_s: float = 0.25, slow=None, silent=None, start=None, every=None,
+                 follow_sizes: bool = False):
         self.n = n
+        self.batch = {w: BATCH for w in range(n)}  # what each computes; run_watching sets it when follow_sizes
+        self.follow_sizes = follow_sizes
         self.view = ClusterView(n, window=20)
         self.slow = slow or {}
         self.silent = silent or {}
@@ -49,10 +52,10 @@ class FakeWorkers:
                 if quiet and quiet[0] < t < quiet[1]:
                     continue
                 since, factor = self.slow.get(w, (float("inf"), 1.0))
-                compute_s = PER_SAMPLE_S * BATCH * (factor if t >= since else 1.0)
+                compute_s = PER_SAMPLE_S * self.batch[w] * (factor if t >= since else 1.0)
                 self.iteration[w] += 1
                 self.view.accept(pb.IterationReport(worker_id=w, iteration=self.iteration[w], compute_s=compute_s,
-                                                    push_s=0.005, pull_s=0.0, batch_size=BATCH), t)
+                                                    push_s=0.005, pull_s=0.0, batch_size=self.batch[w]), t)
 
 
 class Harness:
@@ -338,19 +341,34 @@ def run_watching(h: Harness, until_s: float, check_s: float = 0.05) -> None:
     slowdown watch (checked every `check_s` of fake time, after the reports that arrived by then)."""
     start = h.steps[-1][0] if h.steps else 0.0
     view = h.workers.view
-    since = view.report_counts()
+
+    def armed():  # the sizing watch as the daemon arms it: the plan's unsized workers
+        min_reports = h.loop.sizing_watch()
+        return view.report_counts(), view.unsized(h.plan.workers, h.amp, min_reports) if min_reports else [], min_reports
+
+    since, unsized, min_reports = armed()
     for k in range(1, round((until_s - start) / check_s) + 1):
         now_s = start + k * check_s
+        checked = view.report_counts()
         h.workers.advance(now_s)
         timed = abs(now_s / PERIOD_S - round(now_s / PERIOD_S)) < 1e-9
         woken_by = () if timed else tuple(view.sizing_above(h.loop.slowdown_watch(), h.amp, since))
+        if not timed and unsized and not view.unsized(h.plan.workers, h.amp, min_reports):
+            woken_by += tuple(w for w in unsized if view.report_counts()[w] > checked[w] and w not in woken_by)
         if not timed and not woken_by:
             continue
         reports = Reports(h.plan, view.summaries(now_s, h.amp), view.total_iterations())
         actions = h.loop.step(now_s, reports, woken_by=woken_by)
         h.amp.update(actions.directives.amp)
+        if h.workers.follow_sizes:  # at once (a simplification: only the waking worker's cut is, in the daemon)
+            h.workers.batch.update(actions.directives.batch_sizes)
         h.steps.append((now_s, actions))
-        since = view.report_counts()
+        since, unsized, min_reports = armed()
+
+
+def slowdown_wakes(h: Harness) -> list[tuple[float, dict]]:
+    """The early decisions woken by a slowdown (not the sizing watch's)."""
+    return [(t, e) for t, e in h.events("early_decision") if "per_sample_ms" in e]
 
 
 def test_a_3x_slowdown_is_resized_when_its_report_arrives_not_at_the_period_end():
@@ -358,7 +376,7 @@ def test_a_3x_slowdown_is_resized_when_its_report_arrives_not_at_the_period_end(
     run_watching(watching, 12.0)
     plain = Harness("batch", FakeWorkers(4, slow={2: (10.3, 3.0)}))
     plain.run(12.0)
-    t_early, early = watching.events("early_decision")[0]
+    t_early, early = slowdown_wakes(watching)[0]
     assert early["workers"] == [2] and 10.3 < t_early < 11.0
     assert early["per_sample_ms"]["2"] > early["watch_ms"]["2"]
     resized = [(t, e) for t, e in watching.events("batch_sizes") if t > 10.0]
@@ -366,14 +384,51 @@ def test_a_3x_slowdown_is_resized_when_its_report_arrives_not_at_the_period_end(
     assert min(t for t, _ in plain.events("batch_sizes") if t > 10.0) >= 11.0  # at the next period's end without it
 
 
-def test_after_an_early_decision_the_watch_stays_off_until_the_next_timed_one():
-    h = Harness("batch", FakeWorkers(4, slow={2: (10.3, 3.0)}))
+def test_a_second_early_decision_follows_the_step_the_first_cut_on_half_its_evidence_then_the_watch_rests():
+    """The first slow report is one of the two in sizing's median: the first cut sizes for half the step. The next
+    slow report crosses the watch re-armed at that cut (for the waking worker only: another's spike waits for the
+    period's end), and the second early decision sizes for the whole step; after two early decisions the watch
+    stays off until the next timed one."""
+    h = Harness("batch", FakeWorkers(4, slow={2: (10.3, 3.0)}, follow_sizes=True))
     run_watching(h, 10.6)
-    assert h.events("early_decision") and h.loop.slowdown_watch() == {}
+    assert set(h.loop.slowdown_watch()) == {2}  # after the first, only the waking worker is watched
+    run_watching(h, 10.9)
+    (t1, first), (t2, second) = slowdown_wakes(h)
+    assert (t1, t2) == (pytest.approx(10.5), pytest.approx(10.75)) and first["workers"] == second["workers"] == [2]
+    assert first["per_sample_ms"]["2"] == pytest.approx(2.0) and second["per_sample_ms"]["2"] == pytest.approx(3.0)
+    sizes = {t: e["sizes"]["2"] for t, e in h.events("batch_sizes")}
+    assert sizes[t2] < sizes[t1] < BATCH
+    assert h.loop.slowdown_watch() == {} and h.loop.sizing_watch() is None
     run_watching(h, 11.0)
     watch = h.loop.slowdown_watch()
     assert set(watch) == {0, 1, 2, 3}
-    assert watch[2] > 1.5 * PER_SAMPLE_S * 1.3  # re-armed from the straggler's new, slower reference
+    assert watch[2] == pytest.approx(3 * PER_SAMPLE_S * 1.3)  # re-armed from the straggler's new reference
+
+
+def test_a_straggler_from_the_start_is_sized_when_its_third_report_arrives_not_at_the_period_end():
+    """The sizing watch: the slowest worker is the last to have min_reports reports; the decision that judges
+    every worker first is taken on its report (here at 2.25 s), not at the next period's end (3 s)."""
+    workers = FakeWorkers(4, slow={3: (0.0, 3.0)}, every={3: 0.75}, follow_sizes=True)
+    h = Harness("batch", workers)
+    run_watching(h, 2.5)
+    (t, early), = h.events("early_decision")
+    assert t == pytest.approx(2.25) and early["workers"] == [3] and early["min_reports"] == 3
+    assert h.loop.state is LoopState.RUNNING
+    (t_sized, sized), = h.events("batch_sizes")
+    assert t_sized == t and sized["sizes"]["3"] < BATCH
+    plain = Harness("batch", FakeWorkers(4, slow={3: (0.0, 3.0)}, every={3: 0.75}))
+    plain.run(3.0)
+    assert [t for t, _ in plain.events("batch_sizes")] == [3.0]  # the control: the period's end
+
+
+def test_the_sizing_watch_is_off_without_batch_sizing_and_after_an_early_decision():
+    assert Harness("amp", FakeWorkers(4)).loop.sizing_watch() is None
+    h = Harness("batch", FakeWorkers(4, slow={3: (0.0, 3.0)}, every={3: 0.75}))
+    assert h.loop.sizing_watch() == ControlConfig().min_reports
+    run_watching(h, 2.3)  # the early decision at 2.25
+    assert h.loop.sizing_watch() is None
+    run_watching(h, 3.0)
+    assert h.loop.sizing_watch() == ControlConfig().min_reports
 
 
 @pytest.mark.parametrize("strategy", ["ssgd", "amp", "exclude"])

@@ -11,6 +11,7 @@ import pytest
 from star.coordinator import CoordinatorConfig, CoordinatorService
 from star.decision_clock import DecisionClock
 from star.events import EventLog
+from star.plan import ssgd
 from star.policy.controller import ControlConfig
 from star.rpc import star_pb2 as pb
 
@@ -111,3 +112,26 @@ def test_only_the_worker_whose_report_woke_the_decision_is_told_to_cut_at_once(t
         assert not any(d.cut_at_once for d in coordinator.service.directives.values())
     finally:
         coordinator.ps.close()
+
+
+@pytest.mark.parametrize("last_worker, woken", [(2, (2,)), (1, ())])
+def test_the_report_that_leaves_no_worker_unsized_wakes_the_clock(tmp_path, last_worker, woken):
+    """The sizing watch (star.control_loop.ControlLoop.sizing_watch): at the start, the slowest worker is the last
+    to have min_reports reports; its report wakes the decision that sizes it. A report from a worker that
+    was sized already, or one that leaves another still unsized, wakes nothing."""
+    config = CoordinatorConfig(workers=3, control=ControlConfig(decision_period_s=600.0, min_reports=2))
+    service = CoordinatorService(config, EventLog(tmp_path / "events.jsonl"))
+    service.plan = ssgd(range(3), epoch=1)
+    for worker in (0, 1):
+        service.Report(_report(worker, 1, 0.001), _Context())
+        service.Report(_report(worker, 2, 0.001), _Context())
+    service.Report(_report(2, 1, 0.003), _Context())
+    unsized = service.cluster.unsized(service.plan.workers, service.amp_state(), 2)
+    assert unsized == [2]
+    service.clock.arm({}, service.cluster.report_counts(), unsized, 2)
+    service.Report(_report(last_worker, 3 if last_worker != 2 else 2, 0.003), _Context())
+    stop = threading.Event()
+    if not woken:
+        threading.Timer(0.2, stop.set).start()  # a missed wake would return () only after 10 minutes
+    assert service.clock.wait(stop) == (woken or None)
+    assert service.clock.unsized == (frozenset() if woken else frozenset({2}))  # a wake disarms it

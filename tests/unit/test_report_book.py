@@ -140,3 +140,17 @@ def test_after_an_amp_switch_a_worker_is_summarised_on_fresh_reports_only():
     summary = book.summaries(2.0, off)[0]
     assert summary.reports == 3 and summary.per_sample_s == pytest.approx(0.0012)
     assert book.summaries(2.0, np.array([True]))[0].reports == 3  # the other setting's reports are untouched
+
+
+def test_unsized_lists_the_workers_with_too_few_reports_under_their_current_amp_setting():
+    """What the sizing watch waits for: the controller judges a worker on min_reports summarised reports (its
+    `reports`); a worker that never reported, or whose AMP was just switched, has too few."""
+    book, off = ReportBook(4), np.zeros(4, dtype=bool)
+    for _ in range(3):
+        book.record(np.array([0, 1, 2]), 0.0, np.full(3, 0.1), 0.0, np.full(3, 100), np.zeros(3, dtype=bool))
+    assert book.unsized([0, 1, 2, 3, 9], off, 3) == [3]  # 3 never reported; 9 is no worker of this book
+    assert book.unsized([0, 1, 2], off, 4) == [0, 1, 2]
+    book.amp_switched(1, True)
+    on = np.array([False, True, False, False])
+    assert book.unsized([0, 1, 2], on, 3) == [1]
+    assert [w for w in (0, 1, 2) if book.summaries(1.0, on)[w].reports < 3] == [1]  # the same count the controller reads
