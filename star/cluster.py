@@ -82,10 +82,11 @@ class ClusterView:
                 amp[worker] = on
         return amp
 
-    def sizing_above(self, thresholds: Mapping[int, float], amp_state: dict[int, bool], since: np.ndarray) -> list[int]:
+    def sizing_above(self, thresholds: Mapping[int, float], amp_state: dict[int, bool], since: np.ndarray,
+                     confirming: frozenset[int] = frozenset()) -> list[int]:
         """The workers of `thresholds` whose reports since the report counts `since` show a per-sample time
         above their threshold (star.report_book.ReportBook.sizing_above, the rule the simulator runs too)."""
-        return self.book.sizing_above(thresholds, self._amp_array(amp_state), since)
+        return self.book.sizing_above(thresholds, self._amp_array(amp_state), since, confirming)
 
     def unsized(self, workers: list[int] | tuple[int, ...], amp_state: dict[int, bool], min_reports: int) -> list[int]:
         """The listed workers the controller cannot size yet (star.report_book.ReportBook.unsized)."""

@@ -206,6 +206,11 @@ class ControlLoop:
         return {w: s for w, s in c.speeds.jump_thresholds().items()
                 if w not in c.lost and (self._confirming is None or w in self._confirming)}
 
+    def confirming(self) -> frozenset[int]:
+        """The workers whose early decision was the first since the last timed one: their next report confirms
+        the step that decision cut on half its evidence (star.report_book.ReportBook.sizing_above)."""
+        return self._confirming or frozenset()
+
     def sizing_watch(self) -> int | None:
         """The report count (min_reports, under a worker's current AMP setting) at which the report that makes
         the last unsized worker of the plan sizable brings the next decision forward. At the start the straggler

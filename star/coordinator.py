@@ -280,7 +280,8 @@ class Coordinator:
             with service.lock:
                 min_reports, workers = loop.sizing_watch(), service.plan.workers if service.plan else ()
                 unsized = service.cluster.unsized(workers, service.amp_state(), min_reports) if min_reports else ()
-                service.clock.arm(loop.slowdown_watch(), service.cluster.report_counts(), unsized, min_reports or 0)
+                service.clock.arm(loop.slowdown_watch(), service.cluster.report_counts(), unsized, min_reports or 0,
+                                  loop.confirming())
             service.clock.decided()
 
     def _perform(self, actions: Actions, woken_by: tuple[int, ...] = ()) -> None:

@@ -36,6 +36,7 @@ class DecisionClock:
         self.since = np.zeros(0, dtype=np.int64)  # per worker, its report count when the watch was armed
         self.unsized: frozenset[int] = frozenset()  # workers batch sizing waited for when armed: the report that ...
         self.min_reports = 0  # ... brings the last of them to this many reports under its AMP setting wakes the loop
+        self.confirming: frozenset[int] = frozenset()  # watched workers confirming a step (ReportBook.sizing_above)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._woken_by: list[int] = []
@@ -45,11 +46,12 @@ class DecisionClock:
         self._finished = 0  # decisions the control thread has carried out (decided())
 
     def arm(self, watch: Mapping[int, float], report_counts: np.ndarray, unsized: Iterable[int] = (),
-            min_reports: int = 0) -> None:
-        """After a decision: the loop's slowdown watch as it now stands, for reports after `report_counts`, and its
-        sizing watch: the `unsized` workers of the plan and the report count that makes them sizable."""
+            min_reports: int = 0, confirming: frozenset[int] = frozenset()) -> None:
+        """After a decision: the loop's slowdown watch as it now stands, for reports after `report_counts` (and the
+        workers of it confirming a step), and its sizing watch: the `unsized` workers of the plan and the report
+        count that makes them sizable."""
         with self._lock:
-            self.watch, self.since = watch, report_counts
+            self.watch, self.since, self.confirming = watch, report_counts, confirming
             self.unsized, self.min_reports = frozenset(unsized), min_reports
 
     def threshold(self, worker: int) -> float | None:
@@ -60,7 +62,7 @@ class DecisionClock:
         """Whether the report just accepted from `worker` crosses a watch: it shows a slowdown over the worker's
         threshold, or it is the one that leaves no worker of the plan unsized. `cluster`: a star.cluster.ClusterView."""
         threshold = self.watch.get(worker)
-        if threshold is not None and cluster.sizing_above({worker: threshold}, amp_state, self.since):
+        if threshold is not None and cluster.sizing_above({worker: threshold}, amp_state, self.since, self.confirming):
             return True
         return worker in self.unsized and not cluster.unsized(tuple(plan_workers), amp_state, self.min_reports)
 

@@ -432,7 +432,7 @@ class Simulation:
                 break
             log = UpdateLog()  # a plan switch's flushed rounds belong to the next period
             timed = now >= next_tick - 1e-9  # the period's end; else a check of the slowdown watch
-            woken_by = () if timed else tuple(self.book.sizing_above(watch, self.amp, since))
+            woken_by = () if timed else tuple(self.book.sizing_above(watch, self.amp, since, self.loop.confirming()))
             if not timed and unsized and not self.book.unsized(self.plan.workers, self.amp, min_reports):
                 # the last unsized workers became sizable in this check: those that reported since the last one
                 woken_by = tuple(sorted(set(woken_by) | {w for w in unsized if self.book.count[w] > checked[w]}))

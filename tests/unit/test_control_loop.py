@@ -352,7 +352,7 @@ def run_watching(h: Harness, until_s: float, check_s: float = 0.05) -> None:
         checked = view.report_counts()
         h.workers.advance(now_s)
         timed = abs(now_s / PERIOD_S - round(now_s / PERIOD_S)) < 1e-9
-        woken_by = () if timed else tuple(view.sizing_above(h.loop.slowdown_watch(), h.amp, since))
+        woken_by = () if timed else tuple(view.sizing_above(h.loop.slowdown_watch(), h.amp, since, h.loop.confirming()))
         if not timed and unsized and not view.unsized(h.plan.workers, h.amp, min_reports):
             woken_by += tuple(w for w in unsized if view.report_counts()[w] > checked[w] and w not in woken_by)
         if not timed and not woken_by:
@@ -391,14 +391,14 @@ def test_a_second_early_decision_follows_the_step_the_first_cut_on_half_its_evid
     stays off until the next timed one."""
     h = Harness("batch", FakeWorkers(4, slow={2: (10.3, 3.0)}, follow_sizes=True))
     run_watching(h, 10.6)
-    assert set(h.loop.slowdown_watch()) == {2}  # after the first, only the waking worker is watched
+    assert set(h.loop.slowdown_watch()) == {2} == h.loop.confirming()  # after the first, only the waking worker
     run_watching(h, 10.9)
     (t1, first), (t2, second) = slowdown_wakes(h)
     assert (t1, t2) == (pytest.approx(10.5), pytest.approx(10.75)) and first["workers"] == second["workers"] == [2]
     assert first["per_sample_ms"]["2"] == pytest.approx(2.0) and second["per_sample_ms"]["2"] == pytest.approx(3.0)
     sizes = {t: e["sizes"]["2"] for t, e in h.events("batch_sizes")}
     assert sizes[t2] < sizes[t1] < BATCH
-    assert h.loop.slowdown_watch() == {} and h.loop.sizing_watch() is None
+    assert h.loop.slowdown_watch() == {} and h.loop.sizing_watch() is None and h.loop.confirming() == frozenset()
     run_watching(h, 11.0)
     watch = h.loop.slowdown_watch()
     assert set(watch) == {0, 1, 2, 3}

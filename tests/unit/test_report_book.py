@@ -154,3 +154,18 @@ def test_unsized_lists_the_workers_with_too_few_reports_under_their_current_amp_
     on = np.array([False, True, False, False])
     assert book.unsized([0, 1, 2], on, 3) == [1]
     assert [w for w in (0, 1, 2) if book.summaries(1.0, on)[w].reports < 3] == [1]  # the same count the controller reads
+
+
+def test_a_confirming_worker_s_report_crosses_when_the_median_does_and_it_is_near_the_limit():
+    """The real mid3x case (star.report_book.ReportBook.sizing_above): after a cut on half the step, the next report
+    reads 12.5 ms against a 12.75 ms limit while the median of the newest two, 13.7 ms, is over it."""
+    book, one, off = ReportBook(1), np.array([0]), np.array([False])
+    for per_sample_ms in (5.4, 15.0):
+        book.record(one, 0.0, np.array([per_sample_ms * 1e-3 * 100]), 0.0, np.array([100]), off)
+    armed = book.count.copy()
+    book.record(one, 1.0, np.array([12.5e-3 * 39]), 0.0, np.array([39]), off)
+    assert book.sizing_above({0: 12.75e-3}, off, armed) == []  # anyone else's report must cross on its own
+    assert book.sizing_above({0: 12.75e-3}, off, armed, confirming=frozenset({0})) == [0]
+    assert book.sizing_above({0: 14.75e-3}, off, armed, confirming=frozenset({0})) == []  # the median must cross
+    book.record(one, 2.0, np.array([5.4e-3 * 39]), 0.0, np.array([39]), off)  # a spike's echo: back to normal
+    assert book.sizing_above({0: 12.75e-3}, off, armed, confirming=frozenset({0})) == []
