@@ -37,6 +37,7 @@ class _Track:
     reference_s: float
     side: int = 0  # +1 slower than the reference, -1 faster
     streak: list[float] = field(default_factory=list)  # raw measurements while the EMA stayed outside on `side`
+    jumped: bool = False  # whether its latest observation was followed as a jump
 
 
 @dataclass
@@ -67,7 +68,8 @@ class SpeedTracker:
                 self.seen.add(w)
                 changes.append(SpeedChange(w, None, start))
                 continue
-            if self._is_jump(track, s):
+            track.jumped = self._is_jump(track, s)
+            if track.jumped:
                 # A large slowdown is followed at once: a worker holding a big batch holds the whole round back
                 changes.append(SpeedChange(w, track.reference_s, s))
                 track.reference_s = track.ema_s = s
@@ -88,6 +90,11 @@ class SpeedTracker:
     def jumped(self, per_sample_s: Mapping[int, float]) -> list[int]:
         """The tracked workers whose newest time is a large slowdown (what `observe` follows at once)."""
         return sorted(w for w, s in per_sample_s.items() if w in self.tracks and self._is_jump(self.tracks[w], s))
+
+    def jumped_again(self, per_sample_s: Mapping[int, float]) -> list[int]:
+        """The tracked workers that jump now right after a jump: a step whose first jump was read on a median that
+        straddled it, confirmed. (A single jump may be a spike; at 1,000 simulated workers some are, every decision.)"""
+        return sorted(w for w in self.jumped(per_sample_s) if self.tracks[w].jumped)
 
     def jump_thresholds(self) -> dict[int, float]:
         """Per tracked worker, the per-sample time above which `observe` would follow it at once (empty without

@@ -447,3 +447,13 @@ def test_a_step_is_followed_although_its_window_spreads_across_it():
     whole = controller.decide(2, plan, _sized({**steady, 2: 6.77e-3}, {**steady, 2: 10.9e-3}, {**quiet, 2: 0.59},
                                               reported)).batch_sizes
     assert whole and whole[2] < 0.75 * half[2]
+
+
+def test_only_a_jump_right_after_a_jump_counts_as_a_confirmed_step():
+    tracker = SpeedTracker(jump=0.3)
+    tracker.observe({0: 1.0e-3, 1: 1.0e-3})
+    assert tracker.jumped_again({0: 2.0e-3}) == []  # a first jump: may be a spike
+    tracker.observe({0: 2.0e-3, 1: 1.0e-3})
+    assert tracker.jumped_again({0: 3.0e-3, 1: 1.0e-3}) == [0]  # the step confirmed: 3 > 1.3 x 2 right after a jump
+    tracker.observe({0: 2.1e-3, 1: 1.0e-3})  # no jump in between: the next one is a first again
+    assert tracker.jumped_again({0: 3.0e-3}) == []
