@@ -54,10 +54,6 @@ class DecisionClock:
             self.watch, self.since, self.confirming = watch, report_counts, confirming
             self.unsized, self.min_reports = frozenset(unsized), min_reports
 
-    def threshold(self, worker: int) -> float | None:
-        """The per-sample time a report from `worker` is checked against (None: not watched)."""
-        return self.watch.get(worker)
-
     def crossed(self, worker: int, cluster: Any, amp_state: Mapping[int, bool], plan_workers: Iterable[int]) -> bool:
         """Whether the report just accepted from `worker` crosses a watch: it shows a slowdown over the worker's
         threshold, or it is the one that leaves no worker of the plan unsized. `cluster`: a star.cluster.ClusterView."""

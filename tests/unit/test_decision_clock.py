@@ -26,7 +26,7 @@ def test_a_wake_returns_the_waking_worker_long_before_the_period_end_and_disarms
     clock.arm({3: 0.002, 1: 0.002}, np.zeros(4, dtype=np.int64))
     threading.Timer(0.05, clock.wake, args=(3,)).start()
     assert clock.wait(threading.Event()) == (3,)
-    assert clock.threshold(3) is None and clock.watch == {}
+    assert clock.watch.get(3) is None and clock.watch == {}
 
 
 def test_wakes_before_the_wait_are_not_lost():
