@@ -9,7 +9,10 @@ it learns the heuristic's errors rather than the whole problem.
 
 - Features (DESIGN.md §5), per decision: worker count, CoV and max/median of the
   per-worker iteration times, straggler fraction, B_noise/B (B = the SSGD batch),
-  communication/compute ratio; per candidate plan: its family, its quorum/split
+  communication/compute ratio, and the task's staleness penalty (what a stale update is
+  worth: the same number the heuristic weighs plans with; without it a model trained at one
+  penalty ranked k-of-N and grouped plans for a task whose penalty was six times higher);
+  per candidate plan: its family, its quorum/split
   fraction, and log(heuristic estimate / heuristic SSGD estimate). Model size and
   training progress are not used: the controller does not see the model's bytes (the
   communication/compute ratio carries its effect) and the simulator's convergence model
@@ -40,11 +43,12 @@ from star.detect import DetectorConfig
 from star.plan import SyncPlan, ssgd
 from star.policy.candidates import candidate_plans
 from star.policy.plan_scores import Estimate, estimate
-from star.policy.selector import DEFAULT_STALENESS_PENALTY, HeuristicSelector, ModeDecision, SelectorConfig, same_shape
+from star.policy.selector import HeuristicSelector, ModeDecision, SelectorConfig, same_shape
 
 MODEL_FORMAT = "star-gbt-v1"
 SHIPPED_MODEL = "selector.json"  # in star/policy/models/
-DECISION_FEATURES = ("workers", "time_cov", "max_over_median", "straggler_fraction", "b_noise_over_batch", "comm_over_compute")
+DECISION_FEATURES = ("workers", "time_cov", "max_over_median", "straggler_fraction", "b_noise_over_batch", "comm_over_compute",
+                     "staleness_penalty")
 FAMILIES = ("ssgd", "kofn", "grouped", "exclude", "asgd")
 PLAN_FEATURES = tuple(f"is_{f}" for f in FAMILIES) + ("plan_fraction", "heuristic_log_ratio")
 FEATURES = DECISION_FEATURES + PLAN_FEATURES
@@ -52,7 +56,7 @@ FEATURES = DECISION_FEATURES + PLAN_FEATURES
 
 # ---- features (pure) -----------------------------------------------------------------
 def decision_features(iter_time_s: Mapping[int, float], comm_s: Mapping[int, float], batch: Mapping[int, int],
-                      stragglers: frozenset[int], b_noise: float) -> dict[str, float]:
+                      stragglers: frozenset[int], b_noise: float, staleness_penalty: float) -> dict[str, float]:
     """What one decision looks like, independent of the candidate plans."""
     times = [iter_time_s[w] for w in sorted(iter_time_s)]
     n = len(times)
@@ -69,6 +73,7 @@ def decision_features(iter_time_s: Mapping[int, float], comm_s: Mapping[int, flo
         "straggler_fraction": len(stragglers & set(iter_time_s)) / n,
         "b_noise_over_batch": b_noise / full_batch if full_batch > 0 else 0.0,
         "comm_over_compute": comm / compute,
+        "staleness_penalty": staleness_penalty,
     }
 
 
@@ -225,12 +230,12 @@ class LearnedSelector:
             return self._fallback(period, current, iter_time_s, batch, stragglers, b_noise,
                                   f"workers={len(workers):.4g} not in [{lo:.4g}, {hi:.4g}]")
         times = {w: iter_time_s[w] for w in workers}
-        decision = decision_features(times, comm_s or {}, batch, stragglers, b_noise)
+        penalty = self.config.penalty  # the task's (or configured) penalty, as the heuristic weighs plans
+        decision = decision_features(times, comm_s or {}, batch, stragglers, b_noise, penalty)
         bad = self.model.out_of_range(decision)
         if bad or plan_family(current) is None or len(workers) < 2:
             why = "; ".join(bad) if bad else f"current plan {current.label!r} is not a family the model knows"
             return self._fallback(period, current, iter_time_s, batch, stragglers, b_noise, why)
-        penalty = DEFAULT_STALENESS_PENALTY  # the heuristic's features as the model was trained on them
         plans = [p for p in candidate_plans(workers, stragglers, times, self.config.modes) if not same_shape(p, current)]
         plans.append(current)
         heuristic = [estimate(p, times, batch, b_noise, penalty) for p in plans]

@@ -22,7 +22,7 @@ from star.policy.candidates import candidate_plans
 from star.policy.learned import (DECISION_FEATURES, FEATURES, SHIPPED_MODEL, TreeModel, decision_features,
                                  feature_rows)
 from star.policy.plan_scores import estimate
-from star.policy.selector import SelectorConfig
+from star.policy.selector import DEFAULT_STALENESS_PENALTY, SelectorConfig
 from star.sim.engine import Simulation
 from star.sim.config import sim_config
 from star.traces import Trace
@@ -62,6 +62,7 @@ class Scenario:
     seed: int  # the simulation's noise seed
     workers_per_host: int = 1  # workers sharing one host's cores
     cores_per_worker: float = 0.0  # a host's cores / its workers (0: every worker has its own, no contention)
+    staleness_penalty: float = DEFAULT_STALENESS_PENALTY  # the task's: an update s versions stale is worth 1/(1 + penalty x s)
 
     @property
     def sync_stretch(self) -> float:
@@ -71,6 +72,7 @@ class Scenario:
 
 BASE_COMPUTE_S = 0.1
 BASE_BATCH = 64
+PENALTY_RANGE = (0.05, 2.0)  # staleness penalties trained on, log-uniform: the default 0.15 and digits' measured 0.88 inside
 
 
 def sample_scenarios(count: int, seed: int, min_workers: int = 4, max_workers: int = 64) -> list[Scenario]:
@@ -97,6 +99,7 @@ def sample_scenarios(count: int, seed: int, min_workers: int = 4, max_workers: i
             overhead_ratio=float(rng.uniform(0.0, 0.8)),
             seed=int(seed * 100_003 + i),
             **_host(rng),
+            staleness_penalty=float(math.exp(rng.uniform(*np.log(PENALTY_RANGE)))),
         ))
     return out
 
@@ -131,7 +134,8 @@ def measure(s: Scenario, plans: Sequence[SyncPlan], rounds: float = 60.0) -> lis
         "cost": {"base_compute_s": BASE_COMPUTE_S, "base_batch": BASE_BATCH, "model_bytes": s.comm_ratio * BASE_COMPUTE_S / 2,
                  "bandwidth_bytes_per_s": 1.0, "overhead_s": s.overhead_ratio * BASE_COMPUTE_S, "compute_noise_cv": s.noise_cv,
                  **host},
-        "convergence": {"updates_to_target": 1e12, "eval_period_s": 0.0, "b_noise": s.b_noise_ratio * n * BASE_BATCH},
+        "convergence": {"updates_to_target": 1e12, "eval_period_s": 0.0, "b_noise": s.b_noise_ratio * n * BASE_BATCH,
+                        "staleness_penalty": s.staleness_penalty},
     })
     out = []
     for plan in plans:
@@ -154,13 +158,14 @@ class Measured:
 
 
 def measure_scenario(s: Scenario, config: SelectorConfig | None = None) -> Measured:
-    config = config or SelectorConfig()
+    """The heuristic weighs plans with the scenario's penalty, as it does with a task's calibrated one."""
+    config = dataclasses.replace(config or SelectorConfig(), staleness_penalty=s.staleness_penalty)
     iter_time, comm, batch, stragglers, b_noise = scenario_inputs(s)
     workers = sorted(iter_time)
     plans = candidate_plans(workers, stragglers, iter_time, config.modes)
     heuristic = [estimate(p, iter_time, batch, b_noise, config.penalty).seconds_per_progress for p in plans]
     base = estimate(ssgd(workers), iter_time, batch, b_noise, config.penalty).seconds_per_progress
-    decision = decision_features(iter_time, comm, batch, stragglers, b_noise)
+    decision = decision_features(iter_time, comm, batch, stragglers, b_noise, config.penalty)
     rows = feature_rows(decision, plans, heuristic, base)
     return Measured(decision, tuple(plans), rows, np.asarray(heuristic), np.asarray(measure(s, plans)))
 
