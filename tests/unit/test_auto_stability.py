@@ -457,3 +457,28 @@ def test_only_a_jump_right_after_a_jump_counts_as_a_confirmed_step():
     assert tracker.jumped_again({0: 3.0e-3, 1: 1.0e-3}) == [0]  # the step confirmed: 3 > 1.3 x 2 right after a jump
     tracker.observe({0: 2.1e-3, 1: 1.0e-3})  # no jump in between: the next one is a first again
     assert tracker.jumped_again({0: 3.0e-3}) == []
+
+
+def test_an_amp_switch_off_resizes_the_worker_without_waiting_for_the_sizes_in_force_to_be_measured():
+    """Slowed 1.3x for good, AMP 1.84x: on AMP it is the fastest worker and batch sizing gives it the most samples.
+    When AMP goes off (the probe), its speed drops 1.84x at once: sized for its AMP speed, it would hold every round
+    back until the sizes in force were measured (here never: worker 0 keeps reporting at its first size). Seen in
+    the simulator on a 1.65x static straggler: rounds of 0.6 s against 0.3 s for 2.4 s after each switch-off."""
+    config = ControlConfig(selector=False, batching=BatchConfig(settle_max_periods=100))
+    controller = Controller(for_strategy(config, "auto"), 4, 64)
+    plan, amp_off, verified = ssgd(range(4), epoch=1), None, False
+    for period in range(40):
+        on, sizes_before = controller.amp.enabled(3), dict(controller.batch_sizes)
+        times = {0: 4e-3, 1: 4e-3, 2: 4e-3, 3: (5.2 / 1.84 if on else 5.2) * 1e-3}
+        reported = {w: 64 if (w == 0 and verified) else controller.batch_sizes.get(w, 64) for w in range(4)}
+        decision = controller.decide(period, plan, {w: WorkerSummary(t, 0.002, reported[w], 8 if w == 3 and on else 0, 8)
+                                                    for w, t in times.items()})
+        reasons = [e["reason"].split(":")[0] for e in decision.events if e["kind"] == "amp"]
+        verified |= "verified" in reasons
+        if "recovered" in reasons:
+            amp_off = decision
+            break
+    assert verified and amp_off is not None
+    assert sizes_before[3] > 64  # the fastest worker on AMP
+    [resize] = [e for e in amp_off.events if e["kind"] == "batch_sizes"]
+    assert amp_off.batch_sizes[3] < 64 and "AMP switched for worker(s) [3]" in resize["reason"]
