@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
+from math import comb
 from pathlib import Path
 from typing import Callable
 
@@ -86,19 +87,13 @@ def subset_cases(files: list[str], subsets: int, workers: int, seed: int = 7) ->
         if len(available) < workers:
             raise ValueError(f"--traces {file}: {len(available)} workers, --workers {workers} needs as many")
         chosen: set[tuple[int, ...]] = set()
-        while len(chosen) < min(subsets, _combinations(len(available), workers)):
+        while len(chosen) < min(subsets, comb(len(available), workers)):
             chosen.add(tuple(sorted(rng.sample(available, workers))))
         for subset in sorted(chosen):
             for stretch in STRETCHES:
                 cases.append(Case(f"{Path(file).stem} {','.join(map(str, subset))} x{stretch}",
                                   lambda path, file=file: shutil.copyfile(file, path), ",".join(map(str, subset)), stretch))
     return cases
-
-
-def _combinations(n: int, k: int) -> int:
-    from math import comb
-
-    return comb(n, k)
 
 
 def case_row(case: Case, medians: dict[str, float]) -> dict[str, object]:
