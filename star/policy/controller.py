@@ -388,6 +388,8 @@ class Controller:
         if proposed == current or gain < required or (resolved_gain < required and not correcting):
             return {}
         self.batch_sizes.update(proposed)
+        not_waited = ([f"worker(s) {jumped} slowed by more than {c.speed_jump:.0%} at theirs"] if jumped else []) \
+            + ([f"AMP switched for worker(s) {switched}"] if switched else [])
         events.append({"kind": "batch_sizes", "sizes": {str(w): b for w, b in proposed.items()},
                        "per_sample_ms": {str(w): round(per_sample[w] * 1e3, 4) for w in workers},
                        "speeds_moved": {str(m.worker): [None if m.old_s is None else round(m.old_s * 1e3, 4),
@@ -401,10 +403,8 @@ class Controller:
                                     f"{gain:.1%} faster iterations ({resolved_gain:.1%} on the speed differences beyond "
                                     f"{c.noise_z:g} standard error(s) of their measurement) >= {required:.0%} (min gain, "
                                     "or a change's cost repaid)")
-                                 + (f"; not waiting for worker(s) {unsettled} to report at their new sizes: worker(s) "
-                                    f"{jumped} slowed by more than {c.speed_jump:.0%} at theirs" if jumped else "")
-                                 + (f"; not waiting for worker(s) {unsettled} to report at their new sizes: AMP switched "
-                                    f"for worker(s) {switched}" if switched and unsettled and not jumped else "")})
+                                 + (f"; not waiting for worker(s) {unsettled} to report at their new sizes: "
+                                    + "; ".join(not_waited) if unsettled and not_waited else "")})
         return proposed
 
     def _amp_added_gain(self, worker: int, plain_s: Mapping[int, float], active: Mapping[int, WorkerSummary],
