@@ -5,7 +5,9 @@ iterations, its compute time per sample must have fallen by at least `min_gain`;
 otherwise the switch is undone and AMP is remembered as ineffective for that worker.
 A worker is toggled at most once per decision period. With batch sizing on, the
 controller may also undo (or not try) AMP on a worker that batch sizes alone balance
-about as well (`mark_redundant`): AMP is then left off until the worker recovers.
+about as well (`mark_redundant`): AMP is then left off until the worker recovers. Stragglers not
+tried yet are judged together (`skip`, `reconsider`): one left off alone is judged again when
+others join it, as where a whole host slows down.
 
 The probe. A straggler on AMP is judged by its time with AMP times the speed-up measured
 while it was slow, and that speed-up does not carry over: on digits (4 workers, 2 cores) AMP
@@ -76,6 +78,7 @@ class _WorkerAmp:
     recovered_period: int = -1  # when AMP last went off because the worker recovered
     probe_hold_periods: int = 0  # how long the last wait for a probe was (doubled at a relapse)
     probe_after_period: int = -1  # the first decision at which the detector may let it out (probe_ready)
+    untried: bool = False  # REDUNDANT without a try (skip): judged again when more stragglers are detected
 
 
 @dataclass
@@ -163,13 +166,34 @@ class AmpPolicy:
             w.state, w.recovered_period = AmpState.OFF, period
             return AmpDecision(worker, False, "recovered: straggler no longer detected", recovered=True)
         if w.state is AmpState.REDUNDANT and not slow:
-            w.state = AmpState.OFF  # AMP was off already: nothing to send
+            w.state, w.untried = AmpState.OFF, False  # AMP was off already: nothing to send
         return None
 
     def mark_redundant(self, worker: int) -> None:
         """Leave (or switch) AMP off for this worker until it is no longer a straggler."""
         w = self.workers.setdefault(worker, _WorkerAmp())
-        w.state, w.speedup = AmpState.REDUNDANT, 1.0
+        w.state, w.speedup, w.untried = AmpState.REDUNDANT, 1.0, False
+
+    def untried(self, stragglers) -> list[int]:
+        """The stragglers AMP has not been tried on in this spell: off, or left off untried by `skip`."""
+        def untried(w: _WorkerAmp | None) -> bool:
+            return w is None or w.state is AmpState.OFF or (w.state is AmpState.REDUNDANT and w.untried)
+        return sorted(s for s in stragglers if untried(self.workers.get(s)))
+
+    def skip(self, workers) -> list[int]:
+        """Leave AMP off, untried, for those of `workers` that are off; returns them."""
+        off = [w for w in workers if self.workers.setdefault(w, _WorkerAmp()).state is AmpState.OFF]
+        for w in off:
+            self.workers[w].state, self.workers[w].untried = AmpState.REDUNDANT, True
+        return off
+
+    def reconsider(self, workers) -> list[int]:
+        """Those of `workers` left off untried by `skip` may be tried again (back to off); returns them."""
+        back = [w for w in workers if w in self.workers and self.workers[w].state is AmpState.REDUNDANT
+                and self.workers[w].untried]
+        for w in back:
+            self.workers[w].state, self.workers[w].untried = AmpState.OFF, False
+        return back
 
     def forget(self, worker: int) -> None:
         self.workers.pop(worker, None)

@@ -407,35 +407,40 @@ class Controller:
                                     + "; ".join(not_waited) if unsettled and not_waited else "")})
         return proposed
 
-    def _amp_added_gain(self, worker: int, plain_s: Mapping[int, float], active: Mapping[int, WorkerSummary],
+    def _amp_added_gain(self, targets: list[int], plain_s: Mapping[int, float], active: Mapping[int, WorkerSummary],
                         held: set[int], speedup: float):
-        """What AMP at `speedup` on `worker` adds to batch sizing alone (None: cannot be judged now)."""
+        """What AMP at `speedup` on each of `targets` adds to batch sizing alone (None: cannot be judged now)."""
         workers = sorted(w for w in active if w not in held)
-        if worker not in workers or len(workers) < 2:
+        if not set(targets) <= set(workers) or not targets or len(workers) < 2:
             return None
         sizes_for, _ = self._sizer(workers, {w: self.batch_sizes.get(w, self.base_batch) for w in held},
                                    {w: active[w].comm_s for w in workers})
         try:
             return amp_gain_under_batch({w: plain_s[w] for w in workers}, {w: active[w].comm_s for w in workers},
-                                        worker, speedup, sizes_for)
+                                        targets, speedup, sizes_for)
         except BatchPlanError:
             return None
 
     def _skip_redundant_amp(self, stragglers: frozenset[int], active: Mapping[int, WorkerSummary],
                             per_sample: Mapping[int, float], held: set[int], events: list[dict[str, Any]]) -> None:
-        """Do not try AMP on a straggler that batch sizes alone balance about as well as even a best-case AMP
-        would: the assumed speed-up, or the best one AMP measured on this job so far."""
-        best = self.amp.expected_speedup()
-        measured = bool(self.amp.measured)
-        for w in sorted(stragglers):
-            if self.amp.workers.get(w) is not None and self.amp.workers[w].state is not AmpState.OFF:
-                continue
-            added = self._amp_added_gain(w, per_sample, active, held, best)
-            if added is not None and added.gain < self.config.amp_policy.min_added_gain:
-                self.amp.mark_redundant(w)
-                reason = added.explain(w, best, self.config.amp_policy.min_added_gain, measured=False)
-                events.append({"kind": "amp_skipped", "worker": w, "amp": False,
-                               "reason": reason + (" (the best speed-up AMP measured on this job)" if measured else "")})
+        """Do not try AMP on the stragglers not tried yet where batch sizes alone balance them about as well as even a
+        best-case AMP on all of them would (the assumed speed-up, or the best one measured on this job). Judged together
+        (star.policy.combine); those left off are judged again with each straggler detected after them."""
+        best, group = self.amp.expected_speedup(), self.amp.untried(stragglers & (active.keys() - held))
+        added = self._amp_added_gain(group, per_sample, active, held, best)
+        if added is None:
+            return
+        if added.gain >= self.config.amp_policy.min_added_gain:
+            for w in self.amp.reconsider(group):
+                events.append({"kind": "amp_reconsidered", "worker": w, "reason": (
+                    f"AMP on workers {group} together would cut the predicted iteration {added.batch_alone_s * 1e3:.1f} -> "
+                    f"{added.with_amp_s * 1e3:.1f} ms ({added.gain:.1%} >= {self.config.amp_policy.min_added_gain:.0%}) "
+                    "beyond batch sizes alone: AMP may be tried")})
+            return
+        reason = added.explain(group, best, self.config.amp_policy.min_added_gain, measured=False)
+        for w in self.amp.skip(group):
+            events.append({"kind": "amp_skipped", "worker": w, "amp": False,
+                           "reason": reason + (" (the best speed-up AMP measured on this job)" if self.amp.measured else "")})
 
     def _keep_amp_under_batch(self, d: AmpDecision, active: Mapping[int, WorkerSummary], per_sample: Mapping[int, float],
                               held: set[int]) -> AmpDecision:
@@ -444,11 +449,11 @@ class Controller:
         worker's batch at an estimated speed for another verification."""
         speedup = self.amp.speedup(d.worker)
         plain = {**per_sample, d.worker: per_sample[d.worker] * speedup}
-        added = self._amp_added_gain(d.worker, plain, active, held, speedup)
+        added = self._amp_added_gain([d.worker], plain, active, held, speedup)
         if added is None or added.gain >= self.config.amp_policy.keep_added_gain:
             return d
         self.amp.mark_redundant(d.worker)
-        return AmpDecision(d.worker, False, added.explain(d.worker, speedup, self.config.amp_policy.keep_added_gain, measured=True),
+        return AmpDecision(d.worker, False, added.explain([d.worker], speedup, self.config.amp_policy.keep_added_gain, measured=True),
                            speedup)
 
     def _speeds_acted_on(self, active: Mapping[int, WorkerSummary]) -> dict[int, float]:

@@ -482,3 +482,55 @@ def test_an_amp_switch_off_resizes_the_worker_without_waiting_for_the_sizes_in_f
     assert sizes_before[3] > 64  # the fastest worker on AMP
     [resize] = [e for e in amp_off.events if e["kind"] == "batch_sizes"]
     assert amp_off.batch_sizes[3] < 64 and "AMP switched for worker(s) [3]" in resize["reason"]
+
+
+CONTENDED = {**{w: 1e-3 for w in range(40)}, **{w: 2e-3 for w in range(0, 40, 4)}}  # a quarter of the workers 2x slow
+
+
+def test_auto_tries_amp_on_many_stragglers_together_where_each_alone_adds_little():
+    """Host-wide contention: batch sizes move any one straggler's samples to 30 fast workers (AMP on it alone adds
+    about 1.5%), but AMP on all ten adds the capacity batch sizing cannot (about 12%)."""
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 40, 32)
+    plan = ssgd(range(40), epoch=1)
+    decisions = [controller.decide(p, plan, summaries(CONTENDED)) for p in range(3)]
+    switched = {w: on for d in decisions for w, on in d.amp.items()}
+    assert switched == {w: True for w in range(0, 40, 4)}
+    assert not any(e["kind"] == "amp_skipped" for d in decisions for e in d.events)
+
+
+def test_a_straggler_left_off_alone_is_reconsidered_when_more_stragglers_join_it():
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 40, 32)
+    plan = ssgd(range(40), epoch=1)
+    one = {**{w: 1e-3 for w in range(40)}, 0: 2e-3}
+    alone = [controller.decide(p, plan, summaries(one)) for p in range(3)]
+    assert not any(d.amp for d in alone)
+    skipped = [e for d in alone for e in d.events if e["kind"] == "amp_skipped"]
+    assert [e["worker"] for e in skipped] == [0] and "worker 0:" in skipped[0]["reason"]
+    assert controller.amp.workers[0].state is AmpState.REDUNDANT
+    joined = [controller.decide(p, plan, summaries(CONTENDED)) for p in range(3, 6)]
+    reconsidered = [e for d in joined for e in d.events if e["kind"] == "amp_reconsidered"]
+    assert [e["worker"] for e in reconsidered] == [0] and "together" in reconsidered[0]["reason"]
+    assert {w: on for d in joined for w, on in d.amp.items()} == {w: True for w in range(0, 40, 4)}
+
+
+def test_stragglers_that_batch_sizes_balance_together_are_all_left_off_with_one_reason():
+    """Two slightly slow workers among 40: even a 2x AMP on both adds under min_added_gain."""
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 40, 32)
+    plan = ssgd(range(40), epoch=1)
+    two = {**{w: 1e-3 for w in range(40)}, 0: 1.5e-3, 1: 1.5e-3}
+    decisions = [controller.decide(p, plan, summaries(two)) for p in range(3)]
+    assert not any(d.amp for d in decisions)
+    skipped = [e for d in decisions for e in d.events if e["kind"] == "amp_skipped"]
+    assert sorted(e["worker"] for e in skipped) == [0, 1]
+    assert all("workers [0, 1]" in e["reason"] and "on all of them" in e["reason"] for e in skipped)
+
+
+def test_only_stragglers_left_off_untried_are_judged_again_and_a_recovery_clears_that():
+    from star.policy.amp import AmpPolicy
+    policy = AmpPolicy()
+    assert policy.skip([1, 2]) == [1, 2] and policy.untried({1, 2, 3}) == [1, 2, 3]
+    policy.mark_redundant(4)  # undone after a verification: not judged again in this spell
+    assert policy.untried({1, 4}) == [1] and policy.reconsider([1, 4]) == [1]
+    assert policy.workers[1].state is AmpState.OFF and policy.workers[4].state is AmpState.REDUNDANT
+    policy.decide(0, frozenset(), {2: 1e-3}, {2: 0})  # worker 2 recovered while left off
+    assert policy.workers[2].state is AmpState.OFF and not policy.workers[2].untried
