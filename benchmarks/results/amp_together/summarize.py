@@ -22,7 +22,7 @@ for workers in (100, 1000):
     before, after = ratios("before", workers), ratios("after", workers)
     seeds = len(next(iter(before.values())))
     print(f"\n{workers} workers, {seeds} seeds: auto / best fixed (ssgd, amp, batch), median and worst")
-    print(f"| trace | before: median | before: worst | after: median | after: worst |")
+    print("| trace | before: median | before: worst | after: median | after: worst |")
     print("|---|---|---|---|---|")
     for trace in before:
         b, a = before[trace], after[trace]
