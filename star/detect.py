@@ -6,7 +6,10 @@ straggler that AMP sped up is still recognised as the slow machine it is) — ne
 its iteration wall time, which under SSGD is the same for everyone.
 
 Rules (DESIGN §5):
-- MAD (Korel): slow when t_i > median + k·1.4826·MAD and t_i > (1+m)·median.
+- MAD (Korel): slow when t_i > median + k·1.4826·MAD and t_i > (1+m)·median; or, where half the workers
+  slow together (a host of two of four), when t_i > (1+f)·the median of the faster half: the median then
+  sits among the stragglers and the MAD rule alone sees none (simulated, two of four workers 2x slower were
+  never detected, and AMP never tried on them).
 - relative (STAR): slow when (t_i − t_min) / t_min > threshold.
 Hysteresis: a worker enters the slow set after `enter_n` consecutive slow decisions
 and leaves it after `exit_n` consecutive normal ones, so one noisy window never flaps.
@@ -41,6 +44,8 @@ class DetectorConfig:
     # batch sizing gave a smaller batch pays its fixed per-iteration cost over fewer samples (both seen as
     # false detections in no-trace runs); batch sizing, not AMP, is the remedy for imbalances that small
     relative_threshold: float = 0.2  # relative rule: (t - t_min) / t_min above this
+    fast_half_margin: float | None = 0.5  # MAD rule: also slow when this fraction above the median of the faster half
+    # of the workers (None: off). Well above the MAD margin: the faster half's median is lower than the median by noise
     enter_n: int = 2  # consecutive slow decisions before a worker counts as a straggler
     exit_n: int = 2  # consecutive normal decisions before it counts as recovered
 
@@ -52,6 +57,8 @@ class DetectorConfig:
                 raise ValueError(f"detector.{name}={getattr(self, name)}: must be >= 1")
         if self.k < 0 or self.margin < 0 or self.relative_threshold <= 0:
             raise ValueError("detector.k, detector.margin must be >= 0 and detector.relative_threshold > 0")
+        if self.fast_half_margin is not None and self.fast_half_margin <= 0:
+            raise ValueError(f"detector.fast_half_margin={self.fast_half_margin}: must be > 0 (or unset: off)")
 
 
 def slow_now(times: Mapping[int, float], config: DetectorConfig) -> frozenset[int]:
@@ -67,6 +74,9 @@ def slow_now(times: Mapping[int, float], config: DetectorConfig) -> frozenset[in
     median = statistics.median(values)
     mad = statistics.median(abs(t - median) for t in values)
     threshold = max(median + config.k * MAD_TO_SIGMA * mad, (1 + config.margin) * median)
+    if config.fast_half_margin is not None:
+        ordered = sorted(values)
+        threshold = min(threshold, (1 + config.fast_half_margin) * statistics.median(ordered[: (len(ordered) + 1) // 2]))
     return frozenset(w for w, t in times.items() if t > threshold)
 
 

@@ -54,6 +54,29 @@ def test_mad_margin_ignores_tiny_spread_with_zero_mad():
     assert slow_now({0: 1.0, 1: 1.0, 2: 1.0, 3: 1.05}, DetectorConfig()) == frozenset()
 
 
+HALF_SLOW = {0: 1.0, 1: 1.02, 2: 2.0, 3: 2.05}  # a host of two of four workers slowed down together
+
+
+def test_half_the_workers_twice_as_slow_are_stragglers_although_the_median_sits_among_them():
+    assert slow_now(HALF_SLOW, DetectorConfig()) == {2, 3}
+
+
+def test_without_the_fast_half_rule_the_mad_rule_misses_half_the_workers_slowing():
+    """The control for the test above: the median (1.51) sits between the two pairs, and neither pair is
+    over its MAD threshold."""
+    assert slow_now(HALF_SLOW, DetectorConfig(fast_half_margin=None)) == frozenset()
+
+
+@pytest.mark.parametrize("times", [{0: 1.0, 1: 1.1, 2: 1.2, 3: 1.4}, {0: 1.0, 1: 1.0, 2: 1.45, 3: 1.45}])
+def test_workers_under_half_again_the_faster_half_are_not_stragglers_by_that_rule(times):
+    assert slow_now(times, DetectorConfig()) == frozenset()
+
+
+def test_a_fast_half_margin_that_is_not_positive_names_its_field():
+    with pytest.raises(ValueError, match="fast_half_margin"):
+        DetectorConfig(fast_half_margin=0.0)
+
+
 def test_hysteresis_enters_after_enter_n_and_leaves_after_exit_n():
     detector = StragglerDetector(DetectorConfig(enter_n=2, exit_n=3))
     slow = {**EVEN, 3: 3.0}
