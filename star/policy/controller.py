@@ -239,8 +239,6 @@ class Controller:
                                      {w: s.sizing_per_sample_s for w, s in active.items()}):
                 if c.batch and d.amp and on_before.get(d.worker, False):  # just verified: is it worth keeping?
                     d = self._keep_amp_under_batch(d, active, per_sample, held)
-                if c.batch and d.amp and self.amp.workers[d.worker].state is AmpState.ON:  # verified, or relapsed: sized for
-                    self._sized_on_estimate.add(d.worker)  # its plain speed, corrected once measured on AMP (any gain)
                 amp[d.worker] = d.amp
                 self.speeds.forget(d.worker)  # a known change of speed: the next measurement is taken as is
                 events.append({"kind": "amp", "worker": d.worker, "amp": d.amp, "reason": d.reason})

@@ -535,23 +535,3 @@ def test_only_stragglers_left_off_untried_are_judged_again_and_a_recovery_clears
     policy.decide(0, frozenset(), {2: 1e-3}, {2: 0})  # worker 2 recovered while left off
     assert policy.workers[2].state is AmpState.OFF and not policy.workers[2].untried
 
-
-def test_a_straggler_whose_amp_is_verified_is_resized_at_its_amp_speed_without_the_minimum_gain():
-    """Sized at its plain speed when AMP was tried (AMP can only make it faster), the straggler finishes early
-    once AMP is verified; batch sizes are corrected at the next decision, though the gain is under min_gain
-    (simulated on contention, two of four workers sized down and then sped up by AMP finished in 0.2 s of
-    rounds of 0.4 s for 8 s: under the 10% a resize must gain)."""
-    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 3, 32)
-    plan = ssgd(range(3), epoch=1)
-    plain = {0: 1e-3, 1: 1e-3, 2: 3e-3}
-    tried = [controller.decide(p, plan, summaries(plain, batch=controller.batch_sizes)) for p in range(2)]
-    assert tried[1].amp == {2: True}
-    sized_plain = controller.batch_sizes[2]
-    with_amp = {**plain, 2: 3e-3 / 1.3}
-    verified = controller.decide(2, plan, summaries(with_amp, {2: 8}, batch=controller.batch_sizes))
-    assert verified.amp == {2: True} and controller.amp.workers[2].state is AmpState.ON
-    corrected = controller.decide(3, plan, summaries(with_amp, {2: 8}, batch=controller.batch_sizes))
-    event = next(e for e in corrected.events if e["kind"] == "batch_sizes")
-    assert corrected.batch_sizes[2] > sized_plain
-    assert 0 < event["predicted_gain"] < BatchConfig().required_gain()
-    assert "corrects sizes set at an estimated speed" in event["reason"]
