@@ -6,10 +6,11 @@ straggler that AMP sped up is still recognised as the slow machine it is) — ne
 its iteration wall time, which under SSGD is the same for everyone.
 
 Rules (DESIGN §5):
-- MAD (Korel): slow when t_i > median + k·1.4826·MAD and t_i > (1+m)·median; or, where half the workers
-  slow together (a host of two of four), when t_i > (1+f)·the median of the faster half: the median then
-  sits among the stragglers and the MAD rule alone sees none (simulated, two of four workers 2x slower were
-  never detected, and AMP never tried on them).
+- MAD (Korel): slow when t_i > median + k·1.4826·MAD and t_i > (1+m)·median; where that finds nobody, when
+  t_i > (1+f)·the median of the faster half: half the workers slowing together (a host of two of four) puts the
+  median among them, and the MAD rule alone saw none (simulated, two of four workers 2x slower were never
+  detected, and AMP never tried on them). Only as a fallback: applied always, at 100 simulated workers it
+  flagged more of a contended cluster than the MAD rule, and `exclude` took 226 s against 27.
 - relative (STAR): slow when (t_i − t_min) / t_min > threshold.
 Hysteresis: a worker enters the slow set after `enter_n` consecutive slow decisions
 and leaves it after `exit_n` consecutive normal ones, so one noisy window never flaps.
@@ -74,10 +75,13 @@ def slow_now(times: Mapping[int, float], config: DetectorConfig) -> frozenset[in
     median = statistics.median(values)
     mad = statistics.median(abs(t - median) for t in values)
     threshold = max(median + config.k * MAD_TO_SIGMA * mad, (1 + config.margin) * median)
-    if config.fast_half_margin is not None:
-        ordered = sorted(values)
-        threshold = min(threshold, (1 + config.fast_half_margin) * statistics.median(ordered[: (len(ordered) + 1) // 2]))
-    return frozenset(w for w, t in times.items() if t > threshold)
+    slow = frozenset(w for w, t in times.items() if t > threshold)
+    if slow or config.fast_half_margin is None:
+        return slow
+    # None over the median: is the median itself among the stragglers? (only then: where the MAD rule finds some,
+    # its answer stands, and a wide spread is not read as half the cluster slowing)
+    faster_half = statistics.median(sorted(values)[: (len(values) + 1) // 2])
+    return frozenset(w for w, t in times.items() if t > (1 + config.fast_half_margin) * faster_half)
 
 
 def finishes_early(iteration_s: Mapping[int, float], margin: float) -> frozenset[int]:
