@@ -31,6 +31,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from star.errors import ConfigError
+
 MAD_TO_SIGMA = 1.4826
 
 
@@ -51,16 +53,15 @@ class DetectorConfig:
     exit_n: int = 2  # consecutive normal decisions before it counts as recovered
 
     def __post_init__(self) -> None:
-        if self.rule not in ("mad", "relative"):
-            raise ValueError(f"detector.rule={self.rule!r}: one of mad, relative")
-        for name in ("enter_n", "exit_n"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"detector.{name}={getattr(self, name)}: must be >= 1")
-        if self.k < 0 or self.margin < 0 or self.relative_threshold <= 0:
-            raise ValueError("detector.k, detector.margin must be >= 0 and detector.relative_threshold > 0")
-        if self.fast_half_margin is not None and self.fast_half_margin <= 0:
-            raise ValueError(f"detector.fast_half_margin={self.fast_half_margin}: must be > 0 (or unset: off)")
-
+        checks = (("rule", self.rule in ("mad", "relative"), "one of mad, relative"),
+                  ("k", self.k >= 0, "must be >= 0"), ("margin", self.margin >= 0, "must be >= 0"),
+                  ("relative_threshold", self.relative_threshold > 0, "must be > 0"),
+                  ("fast_half_margin", self.fast_half_margin is None or self.fast_half_margin > 0,
+                   "must be > 0 (or unset: off)"),
+                  ("enter_n", self.enter_n >= 1, "must be >= 1"), ("exit_n", self.exit_n >= 1, "must be >= 1"))
+        for name, ok, reason in checks:  # ConfigError: the CLI answers with one line naming the field
+            if not ok:
+                raise ConfigError(f"control.detector.{name}", getattr(self, name), reason)
 
 def slow_now(times: Mapping[int, float], config: DetectorConfig) -> frozenset[int]:
     """The workers whose time is an outlier in this one window (no hysteresis)."""

@@ -588,3 +588,11 @@ def test_a_detection_event_reports_the_median_the_rule_judged_against():
     detected = [e for e in events if e["kind"] == "straggler_detected"]
     assert [e["worker"] for e in detected] == [1]
     assert detected[0]["median_ms"] == 3.95  # not the upper middle value, 4.0
+
+
+@pytest.mark.parametrize("field, value", [("k", -1.0), ("margin", -0.1), ("relative_threshold", 0.0), ("enter_n", 0),
+                                          ("fast_half_margin", -0.5), ("rule", "median")])
+def test_a_bad_detector_setting_is_a_config_error_naming_its_field(field, value):
+    from star.errors import ConfigError
+    with pytest.raises(ConfigError, match=f"control.detector.{field}="):
+        DetectorConfig(**{field: value})
