@@ -176,14 +176,15 @@ class AmpPolicy:
 
     def untried(self, stragglers) -> list[int]:
         """The stragglers AMP has not been tried on in this spell: off, or left off untried by `skip`."""
-        def untried(w: _WorkerAmp | None) -> bool:
+        def never_tried(w: _WorkerAmp | None) -> bool:
             return w is None or w.state is AmpState.OFF or (w.state is AmpState.REDUNDANT and w.untried)
-        return sorted(s for s in stragglers if untried(self.workers.get(s)))
+        return sorted(s for s in stragglers if never_tried(self.workers.get(s)))
 
     def skip(self, workers) -> list[int]:
         """Leave AMP off, untried, for those of `workers` that are off; returns them."""
-        off = [w for w in workers if self.workers.setdefault(w, _WorkerAmp()).state is AmpState.OFF]
+        off = [w for w in workers if self.workers.get(w, _WorkerAmp()).state is AmpState.OFF]
         for w in off:
+            self.workers.setdefault(w, _WorkerAmp())
             self.workers[w].state, self.workers[w].untried = AmpState.REDUNDANT, True
         return off
 
