@@ -6,7 +6,7 @@ The coordinator daemon (and a simulator) only supply summaries and carry decisio
 
 Strategies (`--mode`) are named combinations of these policies:
   ssgd/asgd/kofn/grouped/ssp  a fixed plan; the detector only reports
-  exclude   Dynamic Partial All-Reduce: detected stragglers leave the sync group, rejoin on recovery
+  exclude   Dynamic Partial All-Reduce: detected stragglers leave the sync group where it pays (star.policy.exclusion)
   amp       Korel: SSGD + AMP on detected stragglers
   batch     BOA / LB-BSP: SSGD + per-worker batch sizes by speed
   auto      detector + AMP + mode selector + batch sizes (each can be switched off); the selector is the
@@ -22,13 +22,14 @@ from typing import Any, Mapping, NamedTuple
 
 from star.errors import ConfigError
 from star.detect import DetectorConfig, StragglerDetector, finishes_early
-from star.plan import SyncPlan, exclude, ssgd, with_epoch, with_pace, with_tree
+from star.plan import SyncPlan, with_epoch, with_pace, with_tree
 from star.policy.amp import AmpConfig, AmpDecision, AmpPolicy, AmpState
 from star.policy.batch import BatchConfig, BatchPlanError, predicted_gain, solve_batch_sizes
 from star.policy.batch_guard import BatchGuard
 from star.policy.combine import amp_gain_under_batch, Sizes
 from star.policy.learned import LearnedSelector, load_model
 from star.policy.plan_scores import estimate
+from star.policy.exclusion import ExclusionPolicy
 from star.policy.selector import HeuristicSelector, SelectorConfig, same_shape, with_task_penalty
 from star.policy.speeds import SpeedTracker, resolvable_speeds
 from star.policy.traffic import PsLayout, TrafficConfig, TrafficGuard
@@ -150,6 +151,7 @@ class Controller:
                 config.selection, load_model(config.selector_model), config.detector)
         else:
             self.selector = HeuristicSelector(config.selection)
+        self.exclusion = ExclusionPolicy(config.selection)
         self.traffic = TrafficGuard(config.traffic)
         self.batch_sizes = {w: base_batch for w in range(num_workers)}
         b = config.batching
@@ -466,25 +468,26 @@ class Controller:
             return raw
         return {**raw, **self.speeds.reference([w for w in raw if w in self.speeds.tracks])}
 
+    def _plan_inputs(self, active: Mapping[int, WorkerSummary]) -> tuple[dict[int, float], dict[int, int]]:  # what plans are priced with
+        per_sample = self._speeds_acted_on(active)
+        batch = {w: self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}
+        return {w: s.comm_s + per_sample[w] * batch[w] for w, s in active.items()}, batch
+
     def _plan(self, period: int, current: SyncPlan, active: Mapping[int, WorkerSummary], stragglers: frozenset[int],
               b_noise: float, events: list[dict[str, Any]], verifying: frozenset[int] = frozenset()) -> SyncPlan | None:
         workers = tuple(w for w in range(self.num_workers) if w not in self.lost)
         if self.config.exclude:
-            target = exclude(workers, sorted(stragglers & set(workers))) if stragglers else ssgd(workers)
-            if same_shape(target, current):
-                return None
-            events.append({"kind": "plan_decision", "mode": target.label, "stragglers": sorted(stragglers),
-                           "reason": "exclude detected stragglers" if stragglers else "every straggler recovered: readmit"})
-            return target
+            plan, reason = self.exclusion.decide(period, without_workers(current, frozenset(self.lost)),
+                                                 *self._plan_inputs(active), stragglers & set(workers), b_noise)
+            if plan is not None:
+                events.append({"kind": "plan_decision", "mode": plan.label, "stragglers": sorted(stragglers), "reason": reason})
+            return plan
         if self.config.selector:
             if verifying & set(workers):
                 return None  # a worker's speed is about to change (AMP being verified): plans compared now would be stale
             if not stragglers and self.base_plan is not None and same_shape(current, self.base_plan):
                 return None  # the base plan is left only for a detected straggler, not for one period's slow reports
-            per_sample = self._speeds_acted_on(active)
-            iter_time_s = {w: s.comm_s + per_sample[w] * self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}
-            args = (period, without_workers(current, frozenset(self.lost)), iter_time_s,
-                    {w: self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}, stragglers, b_noise)
+            args = (period, without_workers(current, frozenset(self.lost)), *self._plan_inputs(active), stragglers, b_noise)
             if isinstance(self.selector, LearnedSelector):
                 decision = self.selector.decide(*args, comm_s={w: s.comm_s for w, s in active.items()})
             else:
