@@ -67,6 +67,14 @@ def test_without_the_fast_half_rule_the_mad_rule_misses_half_the_workers_slowing
     assert slow_now(HALF_SLOW, DetectorConfig(fast_half_margin=None)) == frozenset()
 
 
+def test_one_far_outlier_does_not_hide_the_rest_of_a_slow_half():
+    """Half of eight workers slow (2x), one of them far slower: the MAD rule finds only that one (its threshold,
+    3.7, sits above the rest of the slow half); the fast-half rule finds all four, and both rules count."""
+    times = {0: 1.0, 1: 1.01, 2: 0.99, 3: 1.0, 4: 2.0, 5: 2.02, 6: 1.98, 7: 6.0}
+    assert slow_now(times, DetectorConfig(fast_half_margin=None)) == {7}
+    assert slow_now(times, DetectorConfig()) == {4, 5, 6, 7}
+
+
 @pytest.mark.parametrize("times", [{0: 1.0, 1: 1.1, 2: 1.2, 3: 1.4}, {0: 1.0, 1: 1.0, 2: 1.45, 3: 1.45}])
 def test_workers_under_half_again_the_faster_half_are_not_stragglers_by_that_rule(times):
     assert slow_now(times, DetectorConfig()) == frozenset()
