@@ -16,7 +16,12 @@ Rules (DESIGN §5):
   out of the sync group; since that is priced by the cost model, flagging a contended cluster is no hazard.)
 - relative (STAR): slow when (t_i − t_min) / t_min > threshold.
 Hysteresis: a worker enters the slow set after `enter_n` consecutive slow decisions
-and leaves it after `exit_n` consecutive normal ones, so one noisy window never flaps.
+and leaves it after `exit_n` consecutive normal ones, so one noisy window never flaps. And in
+value: a straggler's decision counts as normal only once it is within `exit_margin` of the faster
+half's median, not merely under the entry lines. A 1.6x worker sits at the 1.5x line, noise took
+it under twice running, it "recovered", AMP went off, and it was found again a decision later
+(simulated: one 3x and one 1.6x worker of four; the 64 unseen_traces cases: worst auto / best
+1.059 -> 1.039).
 A worker whose iteration ends well before the median worker's (`finishes_early`) does not
 enter: it holds nobody back. A straggler is let out early only where the caller says so
 (`let_out`): one on AMP that runs faster per sample than the median worker, whose plain speed
@@ -52,6 +57,8 @@ class DetectorConfig:
     relative_threshold: float = 0.2  # relative rule: (t - t_min) / t_min above this
     fast_half_margin: float | None = 0.5  # MAD rule: also slow when this fraction above the median of the faster half
     # of the workers (None: off). Well above the MAD margin: the faster half's median is lower than the median by noise
+    exit_margin: float | None = 0.2  # a straggler's decision counts as normal only within this fraction of the faster
+    # half's median (None: whenever no rule flags it)
     enter_n: int = 2  # consecutive slow decisions before a worker counts as a straggler
     exit_n: int = 2  # consecutive normal decisions before it counts as recovered
 
@@ -61,6 +68,7 @@ class DetectorConfig:
                   ("relative_threshold", self.relative_threshold > 0, "must be > 0"),
                   ("fast_half_margin", self.fast_half_margin is None or self.fast_half_margin > 0,
                    "must be > 0 (or unset: off)"),
+                  ("exit_margin", self.exit_margin is None or self.exit_margin >= 0, "must be >= 0 (or unset: off)"),
                   ("enter_n", self.enter_n >= 1, "must be >= 1"), ("exit_n", self.exit_n >= 1, "must be >= 1"))
         for name, ok, reason in checks:  # ConfigError: the CLI answers with one line naming the field
             if not ok:
@@ -119,6 +127,10 @@ class StragglerDetector:
         which count as normal unless they already are stragglers; `let_out`: stragglers that count as normal
         whatever their time (a straggler's remedy working is otherwise no recovery)."""
         outliers = slow_now(times, self.config)
+        if self.config.exit_margin is not None and len(times) >= 2:
+            values = sorted(times.values())
+            line = (1 + self.config.exit_margin) * statistics.median(values[: (len(values) + 1) // 2])
+            outliers |= frozenset(w for w in self.stragglers if w in times and times[w] > line)
         excused = frozenset(w for w in outliers if (w in early and w not in self.stragglers)
                             or (w in let_out and w in self.stragglers))
         entered, exited = set(), set()

@@ -106,6 +106,10 @@ class AmpPolicy:
         w = self.workers.get(worker)
         return w.speedup if w is not None and w.state is AmpState.ON else 1.0
 
+    def verifying(self) -> frozenset[int]:
+        """Workers whose AMP switch-on awaits verification: their speed-up is not known yet."""
+        return frozenset(w for w, s in self.workers.items() if s.state is AmpState.VERIFYING)
+
     def probe_ready(self, period: int) -> frozenset[int]:
         """Workers on AMP that finishing early may let out of the slow set now (see the module docstring)."""
         return frozenset(w for w, s in self.workers.items() if s.state is AmpState.ON and period >= s.probe_after_period)

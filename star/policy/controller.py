@@ -23,7 +23,7 @@ from typing import Any, Mapping, NamedTuple
 from star.errors import ConfigError
 from star.detect import DetectorConfig, StragglerDetector, finishes_early
 from star.plan import SyncPlan, with_epoch, with_pace, with_tree
-from star.policy.amp import AmpConfig, AmpDecision, AmpPolicy, AmpState
+from star.policy.amp import AmpConfig, AmpDecision, AmpPolicy
 from star.policy.batch import BatchConfig, BatchPlanError, predicted_gain, solve_batch_sizes
 from star.policy.batch_guard import BatchGuard
 from star.policy.combine import amp_gain_under_batch, Sizes
@@ -201,15 +201,16 @@ class Controller:
                 plan = with_epoch(plan, current.epoch + 1)
             return ControlDecision(plan, {}, {}, frozenset(self.detector.stragglers), frozenset(self.lost), events)
 
-        speedups = self.amp.speedups()
-        normalised = {w: s.per_sample_s * speedups.get(w, 1.0) for w, s in active.items()}
+        speedups, verifying = self.amp.speedups(), self.amp.verifying()
+        # Not judged while AMP is verified on it: its time is neither plain nor normalisable (read as plain, it "recovered")
+        normalised = {w: s.per_sample_s * speedups.get(w, 1.0) for w, s in active.items() if w not in verifying}
         early = finishes_early({w: s.per_sample_s * s.batch_size for w, s in active.items()}, c.detector.margin)
         # On AMP and faster per sample than the median (at a common batch: batch sizing evens out iterations):
         # let out, so that AMP goes off and its plain speed shows (star.policy.amp, the probe)
         probe = (self.amp.probe_ready(period) & finishes_early({w: s.per_sample_s for w, s in active.items()},
                                                                c.detector.margin)) if c.amp else frozenset()
         detection = self.detector.decide(normalised, early, let_out=probe)
-        median = statistics.median(normalised.values())  # the median the MAD rule judged against (star.detect.slow_now)
+        median = statistics.median(normalised.values() or [0.0])  # the median the MAD rule judged against (star.detect.slow_now)
         for w in sorted(detection.excused - self._excused):
             reason = ("on AMP, it runs over the margin faster per sample than the median: counted as recovered, so "
                       "that AMP goes off and its plain speed shows" if w in probe else
@@ -265,8 +266,7 @@ class Controller:
                                           {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events, steady,
                                           correcting, frozenset(amp))
 
-        verifying = frozenset(w for w, state in self.amp.workers.items() if state.state is AmpState.VERIFYING)
-        plan = self._plan(period, current, active, detection.stragglers, b_noise, events, verifying)
+        plan = self._plan(period, current, active, detection.stragglers, b_noise, events, self.amp.verifying())
         if plan is not None:  # a new mode keeps how gradients travel: pacing and trees are the traffic guard's
             plan = with_tree(with_pace(plan, current.push_pace_bytes_per_s), current.tree_fanout)
         if layout is not None and layout.hosts:

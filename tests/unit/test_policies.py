@@ -97,6 +97,28 @@ def test_hysteresis_enters_after_enter_n_and_leaves_after_exit_n():
     assert recovered.exited == {3} and recovered.stragglers == frozenset()
 
 
+@pytest.mark.parametrize("exit_margin, still_straggler", [(0.2, True), (None, False)])
+def test_a_straggler_near_the_entry_line_stays_one_until_it_is_back_among_the_fast(exit_margin, still_straggler):
+    """A 1.6x worker sits at the fast-half rule's 1.5x line: noise put it under the line two decisions running, it
+    'recovered', AMP went off and it was found again a decision later (simulated, one 3x and one 1.6x worker of
+    four). A straggler's decision counts as normal only within exit_margin of the faster half's median."""
+    detector = StragglerDetector(DetectorConfig(exit_margin=exit_margin))
+    for _ in range(2):
+        detector.decide({0: 1.0, 1: 1.0, 2: 1.6, 3: 3.0})
+    assert detector.stragglers == {2, 3}
+    for _ in range(3):  # under both entry lines (1.5x the faster half, 1.2x the median), over 1.2x the faster half
+        detector.decide({0: 1.0, 1: 1.0, 2: 1.45, 3: 3.0})
+    assert (2 in detector.stragglers) is still_straggler
+    for _ in range(2):
+        back = detector.decide({0: 1.0, 1: 1.0, 2: 1.1, 3: 3.0})
+    assert back.stragglers == {3}  # back within 20% of the fast: recovered
+
+
+def test_an_exit_margin_that_is_negative_names_its_field():
+    with pytest.raises(ValueError, match="exit_margin"):
+        DetectorConfig(exit_margin=-0.1)
+
+
 def test_flapping_worker_never_enters():
     detector = StragglerDetector(DetectorConfig(enter_n=2))
     for i in range(10):
@@ -450,6 +472,21 @@ def test_no_plan_switch_while_a_straggler_s_amp_is_being_verified():
     undone = controller.decide(2, plan, unhelped)
     assert undone.amp == {3: False}
     assert undone.plan is not None and undone.plan.label != "ssgd"  # now the selector may act on the straggler
+
+
+def test_a_straggler_is_not_judged_on_its_times_while_its_amp_is_being_verified():
+    """Its speed-up is not known until verified, so its AMP times cannot be normalised; read as plain they looked
+    fast, the detector let it out as recovered in the very decision that verified AMP, and AMP went off again."""
+    controller = Controller(for_strategy(ControlConfig(detector=DetectorConfig(enter_n=1, exit_n=1)), "amp"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    slow3 = _summaries({0: 1e-3, 1: 1e-3, 2: 1e-3, 3: 2e-3})
+    assert controller.decide(0, plan, slow3).amp == {3: True}
+    under_amp = {**slow3, 3: WorkerSummary(1.05e-3, 0.002, 32, 3, 3)}  # AMP made it ~1.9x faster: about the others' speed
+    verified = controller.decide(1, plan, under_amp)
+    assert verified.amp == {3: True} and 3 in verified.stragglers  # verified, stays on; the straggler not let out
+    assert any(e["kind"] == "amp" and e["reason"].startswith("verified") for e in verified.events)
+    assert not any(e["kind"] == "straggler_recovered" for e in verified.events)
+    assert controller.amp.enabled(3)
 
 
 def test_when_a_recovered_amp_worker_turns_amp_off_its_batch_is_sized_for_its_speed_without_amp_then_corrected():
