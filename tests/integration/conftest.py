@@ -59,3 +59,13 @@ def read_result(out: Path) -> dict:
 
 def star_command() -> list[str]:
     return [sys.executable, "-m", "star.cli"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sweep_segments_of_killed_processes():
+    """Tests that kill -9 a worker or a PS leave its shared-memory segments behind by design (the next PS or
+    launcher start sweeps them; tested). Sweep once more when the session ends, so the machine is left clean."""
+    yield
+    from star.shm import sweep
+
+    sweep()
