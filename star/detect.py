@@ -108,7 +108,7 @@ class Detection:
     stragglers: frozenset[int]  # the slow set after hysteresis
     entered: frozenset[int]  # became stragglers at this decision
     exited: frozenset[int]  # recovered at this decision
-    outliers: frozenset[int]  # slow in this window alone
+    outliers: frozenset[int]  # slow in this window alone (a straggler: still over the exit line)
     excused: frozenset[int] = frozenset()  # outliers kept out of the slow set: they finish their iteration early
 
 

@@ -72,14 +72,22 @@ def mailbox_name(job_id: str, ps_index: int, worker: int, pid: int | None = None
     return f"{PREFIX}{job_tag(job_id)}-{os.getpid() if pid is None else pid}-ps{ps_index}-w{worker}"
 
 
-def _alive(pid: int) -> bool:
-    """Whether process `pid` still runs (a zombie, dead but not yet reaped by its parent, does not)."""
+def _owner_alive(pid: int, path: Path) -> bool:
+    """Whether the process that made segment `path` still runs: process `pid` exists, is no zombie (dead but not yet
+    reaped), and started before the segment was last written. Pids wrap (32,768 on many machines): in a 20-minute
+    test run a killed worker's pid came back as another process's, and the dead worker's segment outlived the run."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return process.create_time() <= path.stat().st_mtime + _CLOCK_SLACK_S
+    except (psutil.NoSuchProcess, FileNotFoundError):
         return False
     except psutil.AccessDenied:
         return True
+
+
+_CLOCK_SLACK_S = 1.0  # process start times are rounded to the kernel's clock ticks; a segment is made after its owner starts
 
 
 def sweep(directory: Path = SHM_DIR) -> list[str]:
@@ -91,7 +99,7 @@ def sweep(directory: Path = SHM_DIR) -> list[str]:
         return removed
     for path in entries:
         match = _NAME.match(path.name)
-        if match and not _alive(int(match["pid"])):
+        if match and not _owner_alive(int(match["pid"]), path):
             try:
                 path.unlink()
                 removed.append(path.name)

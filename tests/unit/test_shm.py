@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 import torch
 
@@ -235,6 +236,19 @@ def test_sweep_unlinks_only_mailboxes_whose_owner_is_gone(tmp_path):
         path.write_bytes(b"x")
     assert sorted(sweep(tmp_path)) == sorted(path.name for path in dead)
     assert not any(path.exists() for path in dead) and all(path.exists() for path in alive) and unrelated.exists()
+
+
+def test_sweep_unlinks_a_dead_owner_s_segment_although_its_pid_now_belongs_to_a_newer_process(tmp_path):
+    """Pids wrap (32,768 here): a killed worker's pid came back as another process's within one test run, and its
+    segment outlived the run. A segment last written before the process now holding its pid started is stale."""
+    started = psutil.Process(os.getpid()).create_time()
+    reused = tmp_path / grad_segment_name("worker", 1, pid=os.getpid())  # written by an earlier process of this pid
+    current = tmp_path / grad_segment_name("worker", 2, pid=os.getpid())  # written by this process
+    for path in (reused, current):
+        path.write_bytes(b"x")
+    os.utime(reused, (started - 60.0, started - 60.0))
+    assert sweep(tmp_path) == [reused.name]
+    assert current.exists() and not reused.exists()
 
 
 def test_bf16_wire_halves_the_bytes_and_rounds_within_half_a_bf16_ulp():
