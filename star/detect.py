@@ -90,8 +90,13 @@ def slow_now(times: Mapping[int, float], config: DetectorConfig) -> frozenset[in
     slow = frozenset(w for w, t in times.items() if t > threshold)
     if config.fast_half_margin is None:
         return slow
-    faster_half = statistics.median(sorted(values)[: (len(values) + 1) // 2])
+    faster_half = faster_half_median(values)
     return slow | frozenset(w for w, t in times.items() if t > (1 + config.fast_half_margin) * faster_half)
+
+
+def faster_half_median(values: list[float]) -> float:
+    """The median of the faster half of the workers' times: the healthy reference where half of them are slow."""
+    return statistics.median(sorted(values)[: (len(values) + 1) // 2])
 
 
 def finishes_early(iteration_s: Mapping[int, float], margin: float) -> frozenset[int]:
@@ -128,8 +133,7 @@ class StragglerDetector:
         whatever their time (a straggler's remedy working is otherwise no recovery)."""
         outliers = slow_now(times, self.config)
         if self.config.exit_margin is not None and len(times) >= 2:
-            values = sorted(times.values())
-            line = (1 + self.config.exit_margin) * statistics.median(values[: (len(values) + 1) // 2])
+            line = (1 + self.config.exit_margin) * faster_half_median(list(times.values()))
             outliers |= frozenset(w for w in self.stragglers if w in times and times[w] > line)
         excused = frozenset(w for w in outliers if (w in early and w not in self.stragglers)
                             or (w in let_out and w in self.stragglers))
