@@ -144,14 +144,18 @@ class Simulation:
         self.set_plan(plan)
 
     # ---- per-worker steps -------------------------------------------------------
-    def _start_iteration(self, workers: np.ndarray, t0: np.ndarray, pulled: np.ndarray | None = None) -> None:
+    def _start_iteration(self, workers: np.ndarray, t0: np.ndarray, pulled: np.ndarray | None = None,
+                         restart: bool = False) -> None:
         """Each worker starts computing at t0. `pulled`: when the PS took its pull (default t0); a pull
-        released by a round's close is taken at the close, and answered once the update is applied."""
+        released by a round's close is taken at the close, and answered once the update is applied.
+        `restart`: the iterations they started at t0 restart there at a cut batch (CostModel.restart)."""
         self.pulled[workers] = t0 if pulled is None else pulled
         due = workers[self.iters[workers] >= self.batch_from[workers]]
         self.batch[due] = self.next_batch[due]
         amp, batch = self.amp[workers], self.batch[workers]
-        compute = self.cost.start(workers, t0, self.iters[workers], amp, batch)
+        iterations = self.iters[workers]
+        compute = (self.cost.restart(workers, iterations, amp, batch) if restart
+                   else self.cost.start(workers, t0, iterations, amp, batch))
         self.cur_compute[workers] = compute
         self.cur_amp[workers] = amp
         self.cur_batch[workers] = batch
@@ -399,7 +403,7 @@ class Simulation:
         self.batch[cut] = self.next_batch[cut]
         computing = cut[self.arrive[cut] > now]
         if len(computing):
-            self._start_iteration(computing, self.start[computing], self.pulled[computing])
+            self._start_iteration(computing, self.start[computing], self.pulled[computing], restart=True)
 
     def run(self) -> SimResult:
         c = self.config

@@ -223,8 +223,8 @@ def test_the_straggler_computes_the_iteration_after_its_slow_report_at_its_cut_s
     starts: list[tuple[int, int, int]] = []  # (worker, iteration, batch) of every start, restarts included
     original = Simulation._start_iteration
 
-    def recording(self, workers, t0, pulled=None):
-        original(self, workers, t0, pulled)
+    def recording(self, workers, t0, pulled=None, restart=False):
+        original(self, workers, t0, pulled, restart)
         starts.extend((int(w), int(self.iters[w]), int(self.cur_batch[w])) for w in workers)
 
     monkeypatch.setattr(Simulation, "_start_iteration", recording)

@@ -59,6 +59,19 @@ def test_a_worker_that_mostly_waits_leaves_its_cores_to_the_others():
     assert m.start(np.array([0]), np.array([2.0]), *one) == pytest.approx([BASE_S])
 
 
+def test_an_iteration_restarted_at_a_cut_batch_keeps_the_contention_of_its_start():
+    """The engine's cut at once restarts an iteration at the moment it started: the same peers were computing,
+    so its per-sample time is its start's (judged as a lone start it read as if they were idle: half the
+    time here), and it pays the resize against the batch it ran before."""
+    m = model(host_cores=2.0, workers_per_host=4, resize_s=0.01)
+    everyone, zeros, off = np.arange(4), np.zeros(4, dtype=np.int64), np.zeros(4, dtype=bool)
+    m.start(everyone, np.zeros(4), zeros, off, np.full(4, 64))
+    # released together again 2 s later (each computed 0.2 s of 2 s: duty 0.1): 4 on 2 cores, stretched 2x
+    assert m.start(everyone, np.full(4, 2.0), zeros, off, np.full(4, 64)) == pytest.approx(np.full(4, 2 * BASE_S))
+    restarted = m.restart(np.array([0]), zeros[:1], off[:1], np.full(1, 32))
+    assert restarted == pytest.approx([2 * BASE_S / 2 + 0.01])
+
+
 def test_ssgd_rounds_on_a_shared_host_take_the_stretched_compute():
     shared = run(config(cost={"host_cores": 2.0, "workers_per_host": 4}))
     gaps = np.diff(shared.history._data[: shared.history.size])
