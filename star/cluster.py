@@ -125,6 +125,11 @@ class ClusterView:
     def max_iteration(self) -> int:
         return max((h[-1].iteration for h in self.reports.values() if h), default=0)
 
+    def last_iteration(self, worker: int) -> int:
+        """The iteration of this worker's latest report (0 before its first)."""
+        history = self.reports.get(worker)
+        return history[-1].iteration if history else 0
+
     def total_iterations(self) -> int:
         return sum(h[-1].iteration for h in self.reports.values() if h)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import grpc
 
 from star.hosts import HostBook, MoveState, ShardMove
-from star.policy.batch import first_iteration_of_new_batches
+from star.policy.batch import directed_from_iteration
 from star.policy.controller import for_strategy, with_task_staleness
 from star.task_calibration import staleness_penalty as task_staleness_penalty
 from star.devices import local_device
@@ -306,10 +306,12 @@ class Coordinator:
                     directive = service.directives.setdefault(worker, pb.Directives())
                     directive.cut_at_once = worker in woken_by  # the worker starts it at once only if it is a cut
                     directive.batch_size = size
-                start = first_iteration_of_new_batches(service.cluster.max_iteration())
+                furthest = service.cluster.max_iteration()
                 for worker, offset in actions.directives.batch_offsets.items():
                     directive = service.directives.setdefault(worker, pb.Directives())
-                    directive.batch_offset, directive.batch_from_iteration = offset, start
+                    directive.batch_offset = offset
+                    directive.batch_from_iteration = directed_from_iteration(
+                        directive.batch_from_iteration, service.cluster.last_iteration(worker), furthest)
         if actions.switch is not None:
             self._switch_plan(actions.switch.plan)
 

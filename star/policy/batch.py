@@ -253,3 +253,15 @@ def first_iteration_of_new_batches(max_reported_iteration: int) -> int:
     every worker has read the directive. A reply later than the wait makes that worker apply it one
     iteration late (at once, star.worker.worker.PendingBatch). Before it, the old batches still tile the round."""
     return max_reported_iteration + BATCH_LEAD_ITERATIONS
+
+
+def directed_from_iteration(pending_from: int, reported_iteration: int, max_reported_iteration: int) -> int:
+    """The first iteration of one worker's new batch directive. A directive still pending for this worker (it has
+    not reached `pending_from`) keeps its iteration when a newer one replaces it: moved on to one past the furthest
+    report, it would be postponed by every decision that comes before the worker gets there. At 1,000 simulated
+    workers, with sizes re-decided every round, a 2x straggler cut to 27 of 64 ran 5 more rounds at 64 that way,
+    every round the slowest (its round-mates that had reached the iteration took their new sizes, so that round was
+    not tiled either). Otherwise: first_iteration_of_new_batches."""
+    start = first_iteration_of_new_batches(max_reported_iteration)
+    return min(pending_from, start) if reported_iteration < pending_from else start
+

@@ -35,7 +35,7 @@ import numpy as np
 
 from star.plan import LatePolicy, SyncPlan
 from star.control_loop import ControlLoop, Reports
-from star.policy.batch import first_iteration_of_new_batches
+from star.policy.batch import directed_from_iteration
 from star.policy.controller import for_strategy, with_task_staleness
 from star.sim.config import SimConfig
 from star.sim.convergence import ConvergenceModel
@@ -375,8 +375,9 @@ class Simulation:
                 self.book.amp_switched(worker, on)
             self.amp[worker] = on
         if actions.directives.batch_sizes:
-            start = first_iteration_of_new_batches(int(self.iters.max()))
+            furthest = int(self.iters.max())
             for worker, size in actions.directives.batch_sizes.items():
+                start = directed_from_iteration(int(self.batch_from[worker]), int(self.iters[worker]), furthest)
                 self.next_batch[worker], self.batch_from[worker] = size, start
             if self.control.batching.cut_at_once:
                 self._cut_at_once([w for w in woken_by if w in actions.directives.batch_sizes], now)

@@ -114,6 +114,27 @@ def test_only_the_worker_whose_report_woke_the_decision_is_told_to_cut_at_once(t
         coordinator.ps.close()
 
 
+def test_a_straggler_s_pending_cut_is_not_postponed_by_the_next_decision(tmp_path):
+    """Sizes re-decided before the straggler reached the iteration its cut starts at keep that iteration for it
+    (star.policy.batch.directed_from_iteration); a worker that reached it takes the next decision a report later."""
+    from star.control_loop import Actions, Directives
+    from star.coordinator import Coordinator
+
+    coordinator = Coordinator(CoordinatorConfig(workers=2, out=str(tmp_path), ps_addresses=("127.0.0.1:1",)))  # never dialled
+    service = coordinator.service
+    try:
+        for worker, iteration in ((0, 4), (1, 3)):  # worker 1 is a round behind
+            service.Report(_report(worker, iteration, 0.001), _Context())
+        coordinator._perform(Actions(directives=Directives(batch_sizes={0: 44, 1: 20}, batch_offsets={0: 0, 1: 44})))
+        assert [service.directives[w].batch_from_iteration for w in (0, 1)] == [5, 5]
+        service.Report(_report(0, 5, 0.001), _Context())  # worker 0 reached 5; worker 1 has not
+        coordinator._perform(Actions(directives=Directives(batch_sizes={0: 45, 1: 19}, batch_offsets={0: 0, 1: 45})))
+        assert [service.directives[w].batch_from_iteration for w in (0, 1)] == [6, 5]
+        assert service.directives[1].batch_size == 19
+    finally:
+        coordinator.ps.close()
+
+
 @pytest.mark.parametrize("last_worker, woken", [(2, (2,)), (1, ())])
 def test_the_report_that_leaves_no_worker_unsized_wakes_the_clock(tmp_path, last_worker, woken):
     """The sizing watch (star.control_loop.ControlLoop.sizing_watch): at the start, the slowest worker is the last

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from star.policy.batch import batch_offsets
+from star.policy.batch import batch_offsets, directed_from_iteration, first_iteration_of_new_batches
 from star.tasks import TaskData
 from star.tasks.dataset import DatasetStream
 from star.tasks.global_batch import ShardTape, round_slice
@@ -86,6 +86,17 @@ def test_round_slice_refuses_bad_positions_naming_them():
 def test_offsets_are_the_sizes_of_the_workers_before_in_worker_order():
     assert batch_offsets({2: 10, 0: 30, 1: 20, 3: 4}) == {0: 0, 1: 30, 2: 50, 3: 60}
     assert batch_offsets({}) == {}
+
+
+@pytest.mark.parametrize("pending_from, reported, furthest, expected", [
+    (9, 7, 8, 9),  # pending, not reached: kept (moved on it would be 9 too)
+    (9, 8, 9, 9),  # pending, not reached, the others past it: kept, not moved to 10
+    (9, 9, 9, first_iteration_of_new_batches(9)),  # reached: in force, the new one starts after the furthest report
+    (0, 0, 0, first_iteration_of_new_batches(0)),  # nothing directed yet
+])
+def test_a_pending_batch_directive_keeps_its_iteration_when_a_newer_one_replaces_it(pending_from, reported, furthest,
+                                                                                    expected):
+    assert directed_from_iteration(pending_from, reported, furthest) == expected
 
 
 class _Link:
