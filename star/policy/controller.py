@@ -24,14 +24,14 @@ from star.errors import ConfigError
 from star.detect import DetectorConfig, StragglerDetector, finishes_early
 from star.plan import SyncPlan, with_epoch, with_pace, with_tree
 from star.policy.amp import AmpConfig, AmpDecision, AmpPolicy
-from star.policy.batch import BatchConfig, BatchPlanError, predicted_gain, solve_batch_sizes
+from star.policy.batch import back_to_even, BatchConfig, BatchPlanError, predicted_gain, solve_batch_sizes
 from star.policy.batch_guard import BatchGuard
 from star.policy.combine import amp_gain_under_batch, Sizes
 from star.policy.learned import LearnedSelector, load_model
 from star.policy.plan_scores import estimate
 from star.policy.exclusion import ExclusionPolicy
 from star.policy.selector import HeuristicSelector, SelectorConfig, same_shape, with_task_penalty
-from star.policy.speeds import SpeedTracker, resolvable_speeds
+from star.policy.speeds import noise_z_for, SpeedTracker, resolvable_speeds
 from star.policy.traffic import PsLayout, TrafficConfig, TrafficGuard
 
 FIXED_MODES = ("ssgd", "asgd", "kofn", "grouped", "ssp")
@@ -163,8 +163,7 @@ class Controller:
         self.base_plan: SyncPlan | None = None  # the first plan seen: what a rejoining worker goes back to
 
     def silence_limit_s(self, s: WorkerSummary) -> float:
-        """How long a worker may be silent before it is lost: lost_after_s, or lost_after_steps of its own
-        recent steps where those are longer (one step of a large model on a slow host can exceed 20 s)."""
+        """lost_after_s, or lost_after_steps of its own recent steps where longer (a big model's step can exceed 20 s)."""
         if s.reports <= 0:
             return self.config.lost_after_s
         return max(self.config.lost_after_s, self.config.lost_after_steps * (s.per_sample_s * s.batch_size + s.comm_s))
@@ -194,8 +193,7 @@ class Controller:
         if len(self.judged) < self.num_workers:
             self.judged.update(active)
         if not active or any(w not in self.judged for w in current.workers if w not in self.lost):
-            # Some worker was never judged (the start, a rejoin), or none can be judged now (all lost or
-            # re-measuring): only handle losses and rejoins until they can be.
+            # Some worker never judged (start, rejoin), or none judgeable now: only losses and rejoins until they can be
             plan = self._membership_plan(current, newly_lost, rejoined)
             if plan is not None:
                 plan = with_epoch(plan, current.epoch + 1)
@@ -205,8 +203,7 @@ class Controller:
         # Not judged while AMP is verified on it: its time is neither plain nor normalisable (read as plain, it "recovered")
         normalised = {w: s.per_sample_s * speedups.get(w, 1.0) for w, s in active.items() if w not in verifying}
         early = finishes_early({w: s.per_sample_s * s.batch_size for w, s in active.items()}, c.detector.margin)
-        # On AMP and faster per sample than the median (at a common batch: batch sizing evens out iterations):
-        # let out, so that AMP goes off and its plain speed shows (star.policy.amp, the probe)
+        # On AMP and faster per sample than the median: let out, so AMP goes off and its plain speed shows (the probe)
         probe = (self.amp.probe_ready(period) & finishes_early({w: s.per_sample_s for w, s in active.items()},
                                                                c.detector.margin)) if c.amp else frozenset()
         detection = self.detector.decide(normalised, early, let_out=probe)
@@ -225,8 +222,7 @@ class Controller:
             events.append({"kind": "straggler_recovered", "worker": w, "per_sample_ms": round(normalised[w] * 1e3, 4),
                            "median_ms": round(median * 1e3, 4)})
 
-        # A worker re-measuring after an AMP switch (judged before, too few fresh reports now) keeps its
-        # batch size and AMP setting; the others are decided on without waiting for it.
+        # A worker re-measuring after an AMP switch keeps its batch and AMP setting; the others do not wait for it
         held = {w for w in current.workers if w not in self.lost and w not in active} if c.batch else set()
         correcting = frozenset(self._sized_on_estimate & set(active))  # measured since: corrected now
         self._sized_on_estimate -= correcting
@@ -249,12 +245,11 @@ class Controller:
                 if c.batch and not d.amp:
                     for speeds in (per_sample, steady):  # off again: back to its speed without AMP
                         speeds[d.worker] *= speedups.get(d.worker, d.speedup)
-                    if d.recovered:  # estimated with a speed-up measured while it was slow, which need not
-                        self._sized_on_estimate.add(d.worker)  # hold now (see the probe in star.policy.amp)
+                    if d.recovered:  # estimated with a speed-up measured while slow, which need not hold now (the probe)
+                        self._sized_on_estimate.add(d.worker)
 
-        # A straggler that AMP was just switched on for is resized now, at its measured speed without AMP
-        # (AMP can only make it faster), not after the verification: batch sizing alone acts at detection,
-        # and auto must not lag it by the verification's reports. Its size is then held until verified.
+        # A straggler AMP was just switched on for is resized now at its speed without AMP (auto must not lag batch
+        # sizing alone by the verification's reports); its size is then held until verified.
         batch: dict[int, int] = {}
         if c.batch and len(active) - len(held & set(active)) >= 2:
             guarded = self._guard_batches(period, current, active, events)
@@ -347,9 +342,8 @@ class Controller:
                      correcting: frozenset[int] = frozenset(), amp_switched: frozenset[int] = frozenset()) -> dict[int, int]:
         """Split the global batch left after the `held` workers' sizes over the `active` ones by speed: their
         smoothed reference speeds (star.policy.speeds), and only for a gain that repays the change.
-        `steady_s`: the speeds over more reports, which a worker's first reference starts from. `correcting`:
-        workers sized at an estimated speed, now measured: any gain corrects them (under the minimum gain, a
-        size set on a wrong estimate would stay for the rest of the run). `amp_switched`: workers whose AMP this
+        `steady_s`: the speeds over more reports, which a worker's first reference starts from. `correcting`: workers
+        sized at an estimated speed, now measured: any gain corrects them (else a wrong size could stay). `amp_switched`: workers whose AMP this
         decision switched, whose speed changes now by a known factor: the sizes in force are not waited for."""
         c = self.config.batching
         workers = sorted(active)
@@ -384,11 +378,11 @@ class Controller:
         # A step confirmed by a second jump in a row is resolved by that rule: its window's spread is the step, not
         # noise (right after a step, reports from both sides of it look like a 50-80% spread and would hide it).
         # Not a single jump: at 1,000 simulated workers, exempting those let noise drive resizes (transient 4-16% slower).
-        resolved = resolvable_speeds(per_sample, {w: 0.0 if w in leaps else active[w].sizing_rel_error for w in workers},
-                                     c.noise_z)
+        z = noise_z_for(len(workers), c.noise_z)  # among many workers, the slowest fluke is far out
+        resolved = resolvable_speeds(per_sample, {w: 0.0 if w in leaps else active[w].sizing_rel_error for w in workers}, z)
         resolved_gain = predicted_gain(current, proposed, resolved, fixed)
         if proposed == current or gain < required or (resolved_gain < required and not correcting):
-            return {}
+            return {} if held else self._back_to_even(current, per_sample, fixed, events)
         self.batch_sizes.update(proposed)
         not_waited = ([f"worker(s) {jumped} slowed by more than {c.speed_jump:.0%} at theirs"] if jumped else []) \
             + ([f"AMP switched for worker(s) {switched}"] if switched else [])
@@ -403,11 +397,20 @@ class Controller:
                                  + (f"{gain:.1%} faster iterations; corrects sizes set at an estimated speed (AMP off "
                                     f"after a recovery) for worker(s) {sorted(correcting)}" if correcting else
                                     f"{gain:.1%} faster iterations ({resolved_gain:.1%} on the speed differences beyond "
-                                    f"{c.noise_z:g} standard error(s) of their measurement) >= {required:.0%} (min gain, "
+                                    f"{z:.2g} standard error(s) of their measurement) >= {required:.0%} (min gain, "
                                     "or a change's cost repaid)")
                                  + (f"; not waiting for worker(s) {unsettled} to report at their new sizes: "
                                     + "; ".join(not_waited) if unsettled and not_waited else "")})
         return proposed
+
+    def _back_to_even(self, current: dict[int, int], resolved: Mapping[int, float], fixed: Mapping[int, float],
+                      events: list[dict[str, Any]]) -> dict[int, int]:  # where the sizes in force no longer pay (batch.py)
+        keep = self.config.batching.even_keep_gain
+        back = None if keep is None else back_to_even(current, resolved, fixed, self.base_batch, keep)
+        if back is not None:
+            self.batch_sizes.update(back.sizes)
+            events.append(back.event(keep))
+        return {} if back is None else back.sizes
 
     def _amp_added_gain(self, targets: list[int], plain_s: Mapping[int, float], active: Mapping[int, WorkerSummary],
                         held: set[int], speedup: float):
@@ -446,9 +449,8 @@ class Controller:
 
     def _keep_amp_under_batch(self, d: AmpDecision, active: Mapping[int, WorkerSummary], per_sample: Mapping[int, float],
                               held: set[int]) -> AmpDecision:
-        """A verified AMP switch stays unless it adds less than keep_added_gain to batch sizes alone (measured speed-up).
-        Lower than the bar for trying it (min_added_gain): the verification is paid by now, and undoing it holds the
-        worker's batch at an estimated speed for another verification."""
+        """A verified AMP switch stays unless it adds less than keep_added_gain to batch sizes alone (measured speed-up):
+        lower than the bar for trying it, as the verification is paid, and undoing it holds the batch for another."""
         speedup = self.amp.speedup(d.worker)
         plain = {**per_sample, d.worker: per_sample[d.worker] * speedup}
         added = self._amp_added_gain([d.worker], plain, active, held, speedup)
@@ -459,10 +461,8 @@ class Controller:
                            speedup)
 
     def _speeds_acted_on(self, active: Mapping[int, WorkerSummary]) -> dict[int, float]:
-        """Per-sample times the selector compares plans with. Under batch sizing, the same smoothed
-        reference speeds the batch sizes were solved for: a speed change the sizes have not followed
-        yet (inside the band, or not yet confirmed) must not make SSGD look slow for a decision or two
-        and send the job to a plan it leaves again once the sizes catch up."""
+        """Per-sample times plans are compared with: under batch sizing, the reference speeds the sizes were solved
+        for (a change they have not followed yet must not send the job to a plan it leaves once they catch up)."""
         raw = {w: s.per_sample_s for w, s in active.items()}
         if not self.config.batch:
             return raw

@@ -9,9 +9,9 @@ import pytest
 from star.errors import ConfigError
 from star.plan import ssgd
 from star.policy.amp import AmpConfig, AmpState
-from star.policy.batch import BatchConfig
+from star.policy.batch import back_to_even, BatchConfig
 from star.policy.controller import ControlConfig, Controller, for_strategy, WorkerSummary
-from star.policy.speeds import SpeedTracker, resolvable_speeds
+from star.policy.speeds import noise_z_for, SpeedTracker, resolvable_speeds
 
 
 def summaries(per_sample: dict[int, float], amp_reports: dict[int, int] | None = None,
@@ -195,32 +195,82 @@ def test_once_the_new_sizes_are_reported_batch_sizing_acts_at_once():
     assert second.batch_sizes[2] < 32
 
 
-def report_stream(speed_at, seconds: float, noise_cv: float, seed: int = 0, batch: int = 32, period_s: float = 1.0):
-    """Four workers reporting every iteration (per-sample time x batch, lognormal noise per report),
+def report_stream(speed_at, seconds: float, noise_cv: float, seed: int = 0, batch: int = 32, period_s: float = 1.0,
+                  workers: int = 4, config: ControlConfig | None = None):
+    """Workers reporting every iteration (per-sample time x batch, lognormal noise per report),
     summarised by the coordinator's own rule (ReportBook) and decided on by a batch Controller once a
     period. speed_at(worker, t) is the worker's true per-sample time at time t."""
     from star.report_book import ReportBook
 
     rng = np.random.default_rng(seed)
-    controller = Controller(for_strategy(ControlConfig(), "batch"), 4, batch)
-    book, plan = ReportBook(4), ssgd(range(4), epoch=1)
-    next_report = np.zeros(4)
+    controller = Controller(for_strategy(config or ControlConfig(), "batch"), workers, batch)
+    book, plan = ReportBook(workers), ssgd(range(workers), epoch=1)
+    next_report = np.zeros(workers)
     decisions = []
     for period in range(int(seconds / period_s)):
         end = (period + 1) * period_s
-        for w in range(4):
+        for w in range(workers):
             while next_report[w] < end:
                 size = controller.batch_sizes.get(w, batch)
                 compute = speed_at(w, next_report[w]) * size * float(rng.lognormal(0.0, noise_cv))
                 next_report[w] += compute
                 book.record(np.array([w]), next_report[w], np.array([compute]), 0.002, np.array([size]), np.array([False]))
-        decisions.append(controller.decide(period, plan, book.summaries(end, np.zeros(4, dtype=bool))))
+        decisions.append(controller.decide(period, plan, book.summaries(end, np.zeros(workers, dtype=bool))))
     return controller, decisions
 
 
 def test_noisy_stationary_reports_resize_once_and_then_never():
     _, decisions = report_stream(lambda w, t: STRAGGLED[w], 120.0, noise_cv=0.1)
     assert resizes(decisions) == [0]
+
+
+def test_equal_speeds_among_100_noisy_workers_cause_no_resizes(monkeypatch):
+    """The predicted iteration is the slowest worker's: among 100 workers the largest noise deviation is ~2.3
+    standard errors, which the 1-standard-error shrink that suits 4 workers leaves standing. The control (one
+    standard error whatever the count) resizes on it."""
+    def resized(noise_z_for=None):
+        if noise_z_for is not None:
+            monkeypatch.setattr("star.policy.controller.noise_z_for", noise_z_for)
+        return resizes(report_stream(lambda w, t: 10e-3, 40.0, noise_cv=0.1, workers=100)[1])
+
+    assert resized() == []
+    assert resized(lambda workers, z: z) != []
+
+
+def test_a_2x_straggler_among_100_noisy_workers_is_sized_down():
+    controller, decisions = report_stream(lambda w, t: 20e-3 if w == 7 else 10e-3, 20.0, noise_cv=0.1, workers=100)
+    assert resizes(decisions) and controller.batch_sizes[7] < 24
+
+
+@pytest.mark.parametrize("workers, expected", [(1, 1.0), (4, 1.0), (100, 2.33), (1000, 3.09)])
+def test_the_noise_shrink_grows_with_the_workers_sized_together(workers, expected):
+    assert noise_z_for(workers, 1.0) == pytest.approx(expected, abs=0.01)
+    assert noise_z_for(workers, 0.0) == 0.0  # off stays off
+
+
+def test_uneven_sizes_whose_speed_difference_has_gone_go_back_to_even():
+    sizes = {0: 40, 1: 40, 2: 40, 3: 8}  # set for a 5x straggler
+    fixed = {w: 0.0 for w in sizes}
+    back = back_to_even(sizes, {w: 1e-3 for w in sizes}, fixed, 32, 0.0)
+    assert back is not None and back.sizes == {w: 32 for w in sizes} and back.gain < 0
+    assert back.event(0.0)["back_to_even"] and back.event(0.0)["kind"] == "batch_sizes"
+    assert back_to_even(sizes, {0: 1e-3, 1: 1e-3, 2: 1e-3, 3: 5e-3}, fixed, 32, 0.0) is None  # still pays
+    assert back_to_even({w: 32 for w in sizes}, {w: 1e-3 for w in sizes}, fixed, 32, 0.0) is None  # even already
+
+
+def test_sizes_set_for_a_mild_slowdown_that_passed_go_back_to_even_at_once():
+    """A worker 1.4x slow from 10 to 20 s is sized down. Once it is back, a resize to even sizes saves ~7% of an
+    iteration: under the 10% a change must gain, so the uneven sizes used to stay until noise pushed a resize
+    through. With `even_keep_gain` they go back within a few decisions; the control (None) ~20 s later."""
+    def back_at(keep):
+        cfg = ControlConfig(batching=BatchConfig(even_keep_gain=keep))
+        _, decisions = report_stream(lambda w, t: 14e-3 if w == 3 and 10.0 <= t < 20.0 else 10e-3, 60.0,
+                                     noise_cv=0.1, seed=1, config=cfg)
+        assert any(d.batch_sizes.get(3, 32) < 30 for d in decisions[:20])
+        return next(i for i, d in enumerate(decisions) if i >= 20 and d.batch_sizes == {w: 32 for w in range(4)})
+
+    assert back_at(0.0) <= 25
+    assert back_at(None) > 30
 
 
 def test_a_step_in_the_reports_is_sized_for_its_new_speed_at_the_first_move():
