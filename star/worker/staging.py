@@ -61,6 +61,7 @@ class HostStaging:
         return self.grads
 
     def close(self) -> None:
-        """Unlink the gradient segment (the model's `.grad`s stay views of its mapping until they are freed)."""
+        """Unlink the gradient segment, once (the model's `.grad`s stay views of its mapping until they are freed)."""
         if self.grad_segment is not None:
             self.grad_segment.close()
+            self.grad_segment = None

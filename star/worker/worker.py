@@ -74,9 +74,6 @@ class Worker:
         self.task = get_task(config.task)
         self.model = self.task.build_model(config.seed).to(self.device)
         self.flat = FlatModel(self.model)
-        # What the PS client reads and writes: the flat buffers themselves on CPU, the gradient in shared memory
-        # unless every payload goes over a network.
-        self.host = HostStaging(self.flat, shared_grads=config.transport not in ("grpc", "socket"), worker_id=config.worker_id)
         self.batch_size = config.batch_size or self.task.default_batch_size
         self.base_batch = self.batch_size  # the even share; batch directives are relative to it
         self.batch_offset: int | None = None  # where its batch starts in each round's global batch, once the coordinator
@@ -93,6 +90,9 @@ class Worker:
         self.relay_client: RelayClient | None = None
         self.tree_pushes = 0  # pushes that carried children's gradients
         self.relayed = 0  # own gradients a tree parent pushed
+        # What the PS client reads and writes: the flat buffers themselves on CPU, the gradient in shared memory
+        # unless every payload goes over a network. Made last: a constructor that fails leaves no segment behind.
+        self.host = HostStaging(self.flat, shared_grads=config.transport not in ("grpc", "socket"), worker_id=config.worker_id)
 
     def _load_slowdown(self) -> WorkerSlowdown | None:
         c = self.config
@@ -100,12 +100,23 @@ class Worker:
             return None
         return load_worker_slowdown(c.trace.path, c.worker_id, c.workers, c.trace.workers, c.trace.stretch)
 
+    def close(self) -> None:
+        """Unlink the shared gradient segment (named after this process, so no sweep takes it while the process
+        lives). `run()` closes however it ends; whoever builds a worker and does not run it closes it (or uses `with`)."""
+        self.host.close()
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ---- the loop --------------------------------------------------------------
     def run(self) -> int:
         try:
             return self._run()
         finally:
-            self.host.close()  # the shared gradient segment, however the run ends
+            self.close()  # however the run ends
 
     def _run(self) -> int:
         c = self.config

@@ -107,17 +107,20 @@ class _Link:
         return self.latest
 
 
-def _worker():
+@pytest.fixture
+def worker():
+    """A worker built in this process and never run: closed here, or its shared gradient segment, named after this
+    process, would stay in /dev/shm after the test run (no sweep takes a live process's segment)."""
     from star.worker.config import WorkerConfig
     from star.worker.worker import Worker
 
-    return Worker(WorkerConfig(worker_id=1, workers=4, task="digits"))
+    with Worker(WorkerConfig(worker_id=1, workers=4, task="digits")) as built:
+        yield built
 
 
-def test_a_worker_takes_bigger_batches_from_the_named_iteration_not_when_the_directive_arrives():
+def test_a_worker_takes_bigger_batches_from_the_named_iteration_not_when_the_directive_arrives(worker):
     from star.rpc import star_pb2 as pb
 
-    worker = _worker()
     base = worker.batch_size
     worker.iteration = 3
     link = _Link(pb.Directives(batch_size=100, batch_offset=base, batch_from_iteration=5))
@@ -138,13 +141,12 @@ def test_a_worker_takes_bigger_batches_from_the_named_iteration_not_when_the_dir
 
 
 @pytest.mark.parametrize("at_once", [True, False])
-def test_a_cut_marked_at_once_starts_as_the_first_samples_of_the_old_batch_and_moves_when_due(at_once):
+def test_a_cut_marked_at_once_starts_as_the_first_samples_of_the_old_batch_and_moves_when_due(at_once, worker):
     """The straggler whose report woke the decision need not wait for the iteration all workers switch at: the samples
     it computes before then are the head of the slice it had, so no sample of that round is computed twice. A cut
     not so marked (the control) waits like any other change."""
     from star.rpc import star_pb2 as pb
 
-    worker = _worker()
     base = worker.batch_size
     worker.batch_offset, worker.iteration = 64, 3  # tiled: the second slice of each round's global batch
     link = _Link(pb.Directives(batch_size=20, batch_offset=0, batch_from_iteration=5, cut_at_once=at_once))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from star.flat import BF16_WIRE, ChunkAssembler, tensor_chunks
-from star.shm import (MAX_GRAD_SHARDS, GradSegment, Mailbox, PullBoard, ShmError, board_name, grad_segment_name,
+from star.shm import (MAX_GRAD_SHARDS, SHM_DIR, GradSegment, Mailbox, PullBoard, ShmError, board_name, grad_segment_name,
                       mailbox_name, sweep, transport_in_use)
 
 NUMEL = 1 << 20  # 4 MiB per area: copies long enough for a concurrent writer to overlap them
@@ -249,6 +250,37 @@ def test_sweep_unlinks_a_dead_owner_s_segment_although_its_pid_now_belongs_to_a_
     os.utime(reused, (started - 60.0, started - 60.0))
     assert sweep(tmp_path) == [reused.name]
     assert current.exists() and not reused.exists()
+
+
+@pytest.mark.parametrize("ending", ["closed", "with_block", "run_ended", "constructor_failed"])
+def test_a_worker_built_in_a_longer_lived_process_leaves_no_gradient_segment_however_it_ends(tmp_path, ending):
+    """A worker's gradient segment is named after the process that made it, so no sweep takes it while that process
+    lives: workers built inside a test run and never run kept one in /dev/shm after the run had ended."""
+    from star.config import TraceConfig
+    from star.trace_values import TraceError
+    from star.worker.config import WorkerConfig
+    from star.worker.worker import Worker, WorkerExit
+
+    segment = SHM_DIR / grad_segment_name("worker", 2)
+    config = WorkerConfig(worker_id=2, workers=4, task="digits")
+    if ending == "constructor_failed":  # a trace it cannot read, found after the model and data are built
+        trace = tmp_path / "trace.csv"
+        trace.write_text("not,a,trace\n")
+        with pytest.raises(TraceError):
+            Worker(dataclasses.replace(config, trace=TraceConfig(path=str(trace))))
+    else:
+        worker = Worker(config)
+        assert worker.host.grad_segment is not None and worker.host.grad_segment.path == segment and segment.exists()
+        if ending == "closed":
+            worker.close()
+            worker.close()  # again: nothing
+        elif ending == "with_block":
+            with worker:
+                pass
+        else:
+            with pytest.raises(WorkerExit):  # neither a coordinator nor PS addresses: it cannot train
+                worker.run()
+    assert not segment.exists()
 
 
 def test_bf16_wire_halves_the_bytes_and_rounds_within_half_a_bf16_ulp():
