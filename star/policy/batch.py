@@ -37,8 +37,8 @@ class BatchConfig:
     speed_confirm: int = 2  # ...for this many decisions in a row
     speed_jump: float | None = 0.3  # ...except a slowdown by more than this fraction, followed at once (None: none)
     settle_max_periods: int = 5  # after a resize, wait until every worker reported at its new size (at most this many decisions)
-    even_keep_gain: float | None = 0.0  # sizes in force that beat even batches by no more than this on the speed differences
-    # the measurements resolve go back to even (None: never; back_to_even)
+    even_keep_gain: float | None = 0.0  # sizes in force that beat even batches by no more than this on the speeds they were
+    # solved for go back to even (None: never; back_to_even)
     cut_at_once: bool = True  # the worker whose report woke a decision starts its cut in its next iteration (a round with
     # fewer samples); False: at the common iteration, like every other change (simulated at 100-1,000 workers on spiky
     # real traces, acting at once on one-iteration spikes cost batch sizing 1-4%: README, "cut in its very next iteration")
@@ -238,28 +238,30 @@ def predicted_gain(current: Mapping[int, int], proposed: Mapping[int, int], per_
 @dataclass(frozen=True)
 class BackToEven:
     sizes: dict[int, int]  # even
-    gain: float  # what the sizes in force gain over them on the resolved speeds
+    gain: float  # what the sizes in force gain over them on the speeds they were solved for
 
     def event(self, keep_gain: float) -> dict:
         return {"kind": "batch_sizes", "sizes": {str(w): b for w, b in self.sizes.items()}, "back_to_even": True,
                 "predicted_gain": round(-self.gain, 3),
-                "reason": f"back to even batches: the sizes in force beat them by {self.gain:.1%} on the speed differences "
-                          f"the measurements resolve (<= {keep_gain:.0%}: no longer worth their unevenness)"}
+                "reason": f"back to even batches: the sizes in force beat them by {self.gain:.1%} on the smoothed speeds "
+                          f"batch sizing acts on (<= {keep_gain:.0%}: no longer worth their unevenness)"}
 
 
-def back_to_even(current: Mapping[int, int], resolved_s: Mapping[int, float], fixed_s: Mapping[int, float],
+def back_to_even(current: Mapping[int, int], per_sample_s: Mapping[int, float], fixed_s: Mapping[int, float],
                  even_size: int, keep_gain: float) -> BackToEven | None:
-    """Even sizes, and what the sizes in force gain over them, where that gain is no more than `keep_gain` on the
-    speed differences the measurements resolve (star.policy.speeds.resolvable_speeds); None where they still pay.
-    A resize needs a clear gain, so uneven sizes set on a difference that has since gone, or on one a single
-    decision's noise made look resolved, stayed as long as no other change cleared that bar: at 100 simulated
-    workers on job_1 (speeds within noise of each other), one resize at 5 s to 47-80 samples held for the rest of
-    the run, 3-4% slower than even batches (SSGD). The bar back to even is lower (the band between them keeps a
-    decision from undoing the one before on the same speeds)."""
+    """Even sizes, and what the sizes in force gain over them, where that gain is no more than `keep_gain` on
+    `per_sample_s`, the smoothed speeds batch sizing solves sizes for (star.policy.speeds.SpeedTracker); None where
+    they still pay. A resize needs a clear gain, so uneven sizes set for a difference that has since gone stayed as
+    long as no other change cleared that bar: at 100 simulated workers on job_1, sizes of 31-80 set for a passing
+    slowdown at 5 s held for the rest of the run, 3-4% slower than even batches (SSGD). The bar back to even is
+    lower than the bar away from it, so a decision does not undo the one before on the same speeds. Not judged on
+    the noise-shrunk speeds (resolvable_speeds): right after an AMP verification a worker's few fresh reports carry
+    a large error that shrinks every difference, and sizes that fit looked worse than even (simulated 4-worker
+    heavy_tail: back to even at once, 13.47 -> 13.66 s)."""
     even = {w: even_size for w in current}
     if dict(current) == even:
         return None
-    gain = predicted_gain(even, current, resolved_s, fixed_s)
+    gain = predicted_gain(even, current, per_sample_s, fixed_s)
     return BackToEven(even, gain) if gain <= keep_gain else None
 
 

@@ -403,10 +403,10 @@ class Controller:
                                     + "; ".join(not_waited) if unsettled and not_waited else "")})
         return proposed
 
-    def _back_to_even(self, current: dict[int, int], resolved: Mapping[int, float], fixed: Mapping[int, float],
+    def _back_to_even(self, current: dict[int, int], per_sample: Mapping[int, float], fixed: Mapping[int, float],
                       events: list[dict[str, Any]]) -> dict[int, int]:  # where the sizes in force no longer pay (batch.py)
         keep = self.config.batching.even_keep_gain
-        back = None if keep is None else back_to_even(current, resolved, fixed, self.base_batch, keep)
+        back = None if keep is None else back_to_even(current, per_sample, fixed, self.base_batch, keep)
         if back is not None:
             self.batch_sizes.update(back.sizes)
             events.append(back.event(keep))
