@@ -297,4 +297,3 @@ def directed_from_iteration(pending_from: int, reported_iteration: int, max_repo
     not tiled either). Otherwise: first_iteration_of_new_batches."""
     start = first_iteration_of_new_batches(max_reported_iteration)
     return min(pending_from, start) if reported_iteration < pending_from else start
-

@@ -342,9 +342,9 @@ class Controller:
                      correcting: frozenset[int] = frozenset(), amp_switched: frozenset[int] = frozenset()) -> dict[int, int]:
         """Split the global batch left after the `held` workers' sizes over the `active` ones by speed: their
         smoothed reference speeds (star.policy.speeds), and only for a gain that repays the change.
-        `steady_s`: the speeds over more reports, which a worker's first reference starts from. `correcting`: workers
-        sized at an estimated speed, now measured: any gain corrects them (else a wrong size could stay). `amp_switched`: workers whose AMP this
-        decision switched, whose speed changes now by a known factor: the sizes in force are not waited for."""
+        `steady_s`: the speeds over more reports, which a worker's first reference starts from. `correcting`:
+        workers sized at an estimated speed, now measured: any gain corrects them (else a wrong size could stay).
+        `amp_switched`: workers whose AMP this decision switched (a known factor): the sizes in force not waited for."""
         c = self.config.batching
         workers = sorted(active)
         for w in correcting:  # its reference is the estimate: the measurement replaces it, unconfirmed

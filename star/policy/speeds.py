@@ -145,4 +145,3 @@ def noise_z_for(workers: int, z: float) -> float:
     within noise of each other), batch sizing resized on such flukes and ran 4-6% slower than even batches at 100
     and 1,000 workers. 4 workers: 1.0 (z); 100: 2.33; 1,000: 3.09."""
     return max(z, NormalDist().inv_cdf(1 - 1 / (workers + 1))) if z > 0 and workers >= 1 else z
-
