@@ -155,7 +155,7 @@ class Controller:
         self.traffic = TrafficGuard(config.traffic)
         self.batch_sizes = {w: base_batch for w in range(num_workers)}
         b = config.batching
-        self.speeds = SpeedTracker(b.speed_alpha, b.speed_band, b.speed_confirm, b.speed_jump)  # what batch sizing acts on
+        self.speeds = SpeedTracker(b.speed_alpha, b.speed_band, b.speed_confirm, b.speed_jump, b.speed_shared)  # what batch sizing acts on
         self.batch_guard = BatchGuard(b.guard)  # even batches while sizing loses to them
         self._settle_waits = 0  # decisions batch sizing has waited for the sizes last sent to be reported
         self.lost: set[int] = set()

@@ -585,3 +585,55 @@ def test_only_stragglers_left_off_untried_are_judged_again_and_a_recovery_clears
     policy.decide(0, frozenset(), {2: 1e-3}, {2: 0})  # worker 2 recovered while left off
     assert policy.workers[2].state is AmpState.OFF and not policy.workers[2].untried
 
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_speed_up_every_worker_shares_moves_their_references_together(shared):
+    """Confirmed a worker at a time, a machine-wide speed-up reads as a spread for a decision (the control,
+    shared=False: half the workers at the new speed, half at the old); moved together, it never does."""
+    tracker = SpeedTracker(alpha=1.0, band=0.15, confirm=2, shared=shared)
+    tracker.observe({w: 8e-3 for w in range(4)})
+    tracker.observe({0: 4e-3, 1: 4e-3, 2: 8e-3, 3: 8e-3})  # the first two see it a decision earlier
+    tracker.observe({0: 4e-3, 1: 4e-3, 2: 4.5e-3, 3: 4.2e-3})
+    expected = {0: 4e-3, 1: 4e-3, 2: 4.5e-3, 3: 4.2e-3} if shared else {0: 4e-3, 1: 4e-3, 2: 8e-3, 3: 8e-3}
+    assert tracker.reference(range(4)) == expected
+
+
+def test_a_move_carries_only_the_workers_outside_the_band_on_its_side():
+    tracker = SpeedTracker(alpha=1.0, band=0.15, confirm=2)
+    tracker.observe({w: 4e-3 for w in range(4)})
+    tracker.observe({0: 8e-3, 1: 4e-3, 2: 4e-3, 3: 4e-3})
+    moved = tracker.observe({0: 8e-3, 1: 3e-3, 2: 4.4e-3, 3: 5e-3})  # 1 faster, 2 inside the band, 3 slower (its first decision outside): carried
+    assert [c.worker for c in moved] == [0, 3]
+    assert tracker.reference(range(4)) == {0: 8e-3, 1: 4e-3, 2: 4e-3, 3: 5e-3}
+
+
+def test_a_jump_carries_the_workers_already_slower_than_the_band():
+    tracker = SpeedTracker(alpha=1.0, band=0.15, confirm=2, jump=0.3)
+    tracker.observe({0: 4e-3, 1: 4e-3})
+    assert [c.worker for c in tracker.observe({0: 8e-3, 1: 5e-3})] == [0, 1]
+
+
+def test_a_machine_wide_speed_up_seen_unevenly_causes_no_resize():
+    """The job_1 run it comes from: every worker sped up from ~8 to ~4 ms per sample after start-up, half of
+    them a decision before the others; batch sizing resized to 43-90 on that false spread, then back."""
+    def speeds(period):
+        early = period >= 5
+        late = period >= 6
+        return {0: 4e-3 if late else 8e-3, 1: 4e-3 if early else 8e-3, 2: 4.5e-3 if early else 8e-3, 3: 4.2e-3 if late else 8e-3}
+
+    def resized(shared: bool):
+        config = ControlConfig(batching=BatchConfig(speed_shared=shared))
+        return resizes(run_stream(Controller(for_strategy(config, "batch"), 4, 32), 4, speeds, 20, noise_cv=0.0))
+
+    assert resized(True) == []
+    assert resized(False) != []
+
+
+def test_a_move_carries_no_one_when_the_workers_on_its_side_are_fewer_than_half():
+    """Among many workers some move on each side in every decision: that is no shift they share."""
+    tracker = SpeedTracker(alpha=1.0, band=0.15, confirm=2)
+    tracker.observe({w: 4e-3 for w in range(10)})
+    tracker.observe({0: 8e-3, **{w: 4e-3 for w in range(1, 10)}})
+    moved = tracker.observe({0: 8e-3, 1: 8e-3, 2: 8e-3, **{w: 4e-3 for w in range(3, 10)}})
+    assert [c.worker for c in moved] == [0]
