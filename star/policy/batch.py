@@ -36,8 +36,8 @@ class BatchConfig:
     speed_band: float = 0.15  # a worker's speed for sizing moves only when its EMA leaves this relative band...
     speed_confirm: int = 2  # ...for this many decisions in a row
     speed_jump: float | None = 0.3  # ...except a slowdown by more than this fraction, followed at once (None: none)
-    speed_shared: bool = True  # a speed that moves moves with it the others already outside the band on its side
-    # (a shift the workers share is not a spread; star.policy.speeds)
+    speed_shared: bool = True  # a speed that moves moves with it the others already outside the band on its side, if
+    # together they are at least half the workers (a shift they share is not a spread; star.policy.speeds)
     settle_max_periods: int = 5  # after a resize, wait until every worker reported at its new size (at most this many decisions)
     even_keep_gain: float | None = 0.0  # sizes in force that beat even batches by no more than this on the speeds they were
     # solved for go back to even (None: never; back_to_even)

@@ -52,7 +52,7 @@ class SpeedTracker:
     (1: none); `band`: relative distance from the reference that counts as a change;
     `confirm`: decisions in a row outside the band before the reference moves; `jump`: a slowdown by more
     than this fraction moves it at once (None: never); `shared`: a move also moves the workers already outside
-    the band on its side."""
+    the band on its side, where together they are at least half the workers."""
 
     alpha: float = 0.3
     band: float = 0.15
