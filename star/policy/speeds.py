@@ -79,9 +79,7 @@ class SpeedTracker:
             track.jumped = self._is_jump(track, s)
             if track.jumped:
                 # A large slowdown is followed at once: a worker holding a big batch holds the whole round back
-                changes.append(SpeedChange(w, track.reference_s, s))
-                track.reference_s = track.ema_s = s
-                track.side, track.streak = 0, []
+                changes.append(self._move(w, track, s))
                 continue
             track.ema_s = self.alpha * s + (1 - self.alpha) * track.ema_s
             ratio = track.ema_s / track.reference_s
@@ -89,7 +87,7 @@ class SpeedTracker:
             track.streak = (track.streak + [s] if side == track.side else [s]) if side else []
             track.side = side
             if len(track.streak) >= self.confirm:
-                changes.append(self._move(w, track))
+                changes.append(self._move(w, track, track.streak[-1]))
         if self.shared:
             changes += self._shared_moves(changes, per_sample_s)
         return changes
@@ -105,14 +103,14 @@ class SpeedTracker:
             movers = [c.worker for c in changes if c.old_s is not None and (c.new_s > c.old_s) == (side > 0)]
             pending = [w for w in sorted(observed) if w not in moved and self.tracks[w].streak and self.tracks[w].side == side]
             if movers and pending and 2 * (len(movers) + len(pending)) >= len(observed):
-                carried += [self._move(w, self.tracks[w]) for w in pending]
+                carried += [self._move(w, self.tracks[w], self.tracks[w].streak[-1]) for w in pending]
         return carried
 
     @staticmethod
-    def _move(worker: int, track: _Track) -> SpeedChange:
-        """The reference (and the EMA) to the latest measurement of the streak."""
-        change = SpeedChange(worker, track.reference_s, track.streak[-1])
-        track.reference_s = track.ema_s = track.streak[-1]
+    def _move(worker: int, track: _Track, new_s: float) -> SpeedChange:
+        """The reference (and the EMA) to `new_s` (a jump's time, or a streak's latest), the streak cleared."""
+        change = SpeedChange(worker, track.reference_s, new_s)
+        track.reference_s = track.ema_s = new_s
         track.side, track.streak = 0, []
         return change
 
