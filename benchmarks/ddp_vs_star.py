@@ -71,7 +71,7 @@ def s_per_iter(curve_path: Path) -> float | None:
 
 def job(args: argparse.Namespace, task: str, mode: str, trace: str | None, out: Path, seed: int) -> JobConfig:
     data = {"task": task, "workers": args.workers, "out": str(out), "seed": seed, "max_time_s": args.max_time_s,
-            "plan": {"mode": mode}, "device": args.device}
+            "plan": {"mode": mode}, "device": args.device, "threads_per_process": args.threads_per_process}
     if mode != "ddp":
         data["ps"] = args.ps
     if args.target is not None:
@@ -143,6 +143,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=float, default=None, help="metric target (default the task's)")
     p.add_argument("--batch-size", type=int, default=None, help="per worker (default the task's)")
     p.add_argument("--max-time-s", type=float, default=300.0, help="per run")
+    p.add_argument("--threads-per-process", type=int, default=1,
+                   help="torch intra-op threads of every worker, PS and DDP rank (a GPU host's spare cores speed the PSs' CPU update)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                    help="where workers and DDP ranks compute (cuda: they share the visible GPUs round-robin)")
     p.add_argument("--rows", default=",".join(name for name, _, _ in RUNS), help="which rows to run (default all)")
