@@ -87,7 +87,14 @@ def worker_config(job: JobConfig, *, worker_id: int, coordinator: str, relay_hos
         worker_id=worker_id, workers=job.workers, task=job.task, seed=job.seed, batch_size=job.batch_size,
         coordinator=coordinator, trace=job.trace, threads=job.threads_per_process, security=child_security(job),
         relay_host=relay_host if uses_trees(job) else None, transport=job.transport, wire=job.wire,
-        device=job.device)
+        device=job.device, measure_step_cost=sizes_batches(job))
+
+
+def sizes_batches(job: JobConfig) -> bool:
+    """Whether the job's coordinator may size batches by speed (and so reads each worker's step cost)."""
+    if job.control.batch is not None:
+        return job.control.batch
+    return job.plan.mode in ("batch", "auto")  # star.policy.controller.strategy_switches
 
 
 def coordinator_config(job: JobConfig, *, ps_addresses: Sequence[str], host: str, port: int = 0, restore: bool = False,

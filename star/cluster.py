@@ -54,7 +54,7 @@ class ClusterView:
         history.append(report)
         if report.batch_size > 0:
             self.book.record(np.array([report.worker_id]), now_s, np.array([report.compute_s]), report.push_s,
-                             np.array([report.batch_size]), np.array([report.amp]))
+                             np.array([report.batch_size]), np.array([report.amp]), max(report.fixed_samples, 0.0))
         else:
             self.book.record_without_speed(report.worker_id, now_s)
         if self._first_report_s is None:

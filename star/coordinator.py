@@ -34,6 +34,7 @@ from star.coordinator_checks import directives_problem, join_problem, report_pro
 from star.coordinator_restore import restore_control, restore_coordinator, save_state
 from star.coordinator_result import result_dict
 from star.decision_clock import EARLY_REPLY_WAIT_S, DecisionClock
+from star.report_book import STEP_COST_REASON
 from star.events import EventLog
 from star.observe import JobObserver
 from star.logs import log
@@ -115,6 +116,9 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             if accepted and abs(request.slowdown - previous) > 0.1 * previous:
                 self.events.emit("slowdown_changed", worker=request.worker_id, iteration=request.iteration,
                                  factor=round(request.slowdown, 4), reason="replayed trace")
+            if accepted and not history and request.fixed_samples > 0:  # star.worker.step_cost, star.report_book
+                self.events.emit("step_cost", worker=request.worker_id, fixed_samples=round(request.fixed_samples, 2),
+                                 pooled=round(self.cluster.book.pooled_fixed_samples(), 2), reason=STEP_COST_REASON)
             directives = self._directives_for(request.worker_id)
         if ticket is not None:  # answered with the decision this report woke: the slowed worker needs it first
             self.clock.wait_decided(ticket, EARLY_REPLY_WAIT_S)

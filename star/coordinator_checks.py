@@ -49,6 +49,8 @@ def report_problem(report: pb.IterationReport, num_workers: int) -> str | None:
         return f"cpu_percent={report.cpu_percent!r} must be finite and in [0, {MAX_CPU_PERCENT:g}]"
     if report.batch_size > MAX_BATCH_SIZE:
         return f"batch_size {report.batch_size} exceeds {MAX_BATCH_SIZE}"
+    if not (math.isfinite(report.fixed_samples) and 0 <= report.fixed_samples <= MAX_BATCH_SIZE):
+        return f"fixed_samples={report.fixed_samples!r} must be a finite number of samples in [0, {MAX_BATCH_SIZE}]"
     return None
 
 

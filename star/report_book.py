@@ -12,7 +12,15 @@ with its relative standard error from the window's spread (so that sizing does n
 differences its measurements cannot resolve). When the adapter switches a worker's AMP it drops that
 worker's older reports under the new setting (`amp_switched`: they are from an earlier spell), so right
 after an AMP toggle a worker has no (or few) matching reports and the Controller waits for fresh ones;
-reports under the other setting older than `keep` iterations are gone. Stored as numpy ring buffers (one row per worker),
+reports under the other setting older than `keep` iterations are gone.
+
+Workers whose step has a fixed compute cost (they report one: `star.worker.step_cost`; a GPU's kernel
+launches) are read as if a step of b samples were b + F samples in proportion, F the median of their
+reports: a worker's per-sample time stays put when its batch is cut, and the fixed part, F x its per-sample
+median, is added to its fixed seconds per iteration (`comm_s`), which batch sizing and the plan estimates
+add to per-sample x batch. With no fixed part (CPU workers, the simulator) nothing changes.
+
+Stored as numpy ring buffers (one row per worker),
 so summarising 1,000 simulated workers is a few array operations plus building the
 summary objects, and the daemon's 4-16 workers cost microseconds.
 """
@@ -28,6 +36,8 @@ from star.policy.controller import WorkerSummary
 KEEP = 20  # reports kept per worker: star.coordinator.CoordinatorConfig.report_window's default (a test checks)
 WINDOW = 4  # of those, the latest this many under the current AMP setting are summarised
 SIZING_WINDOW = 2  # and the latest this many of them give the per-sample time batch sizing acts on
+STEP_COST_REASON = ("its step costs compute for batch + fixed_samples samples' worth; every worker is read with the "
+                    "median of the reported values (pooled)")
 NEWEST_SHARE = 0.85  # a confirming worker's report crosses the slowdown watch when it is over this share of the limit
 
 
@@ -71,20 +81,22 @@ class ReportBook:
         self.window = window
         self.keep = keep
         shape = (2, num_workers, window)
-        self.per_sample_s = np.full(shape, np.nan)
+        self.compute_s = np.full(shape, np.nan)
         self.push_s = np.full(shape, np.nan)
         self.batch = np.zeros(shape, dtype=np.int64)
         self.seq = np.full(shape, -1, dtype=np.int64)  # the worker's report number (-1: empty slot)
         self.count_amp = np.zeros((2, num_workers), dtype=np.int64)  # reports made under each setting
         self.count = np.zeros(num_workers, dtype=np.int64)  # reports made
         self.last_s = np.full(num_workers, np.nan)  # time of the latest report (nan: never reported)
+        self.fixed_samples = np.zeros(num_workers)  # each worker's reported fixed compute per step, in samples' worth
 
     def record(self, workers: np.ndarray, now_s: np.ndarray | float, compute_s: np.ndarray, push_s: np.ndarray | float,
-               batch: np.ndarray, amp: np.ndarray) -> None:
+               batch: np.ndarray, amp: np.ndarray, fixed_samples: np.ndarray | float = 0.0) -> None:
         """One report per listed worker (each listed at most once, each with a batch > 0)."""
         a = amp.astype(np.int64)
         slot = self.count_amp[a, workers] % self.window
-        self.per_sample_s[a, workers, slot] = compute_s / batch
+        self.fixed_samples[workers] = fixed_samples
+        self.compute_s[a, workers, slot] = compute_s
         self.push_s[a, workers, slot] = push_s
         self.batch[a, workers, slot] = batch
         self.seq[a, workers, slot] = self.count[workers]
@@ -109,20 +121,21 @@ class ReportBook:
         spell (for AMP switched off, from before it was switched on: the slow reports that had it switched
         on) and must not be summarised with the new ones, so the worker is judged again on fresh reports."""
         a = int(amp_on)
-        self.per_sample_s[a, worker] = np.nan
+        self.compute_s[a, worker] = np.nan
         self.push_s[a, worker] = np.nan
         self.batch[a, worker] = 0
         self.seq[a, worker] = -1
 
     def forget(self, worker: int) -> None:
         """Drop a worker's reports (it restarted): it is summarised again once it reports anew."""
-        self.per_sample_s[:, worker] = np.nan
+        self.compute_s[:, worker] = np.nan
         self.push_s[:, worker] = np.nan
         self.batch[:, worker] = 0
         self.seq[:, worker] = -1
         self.count_amp[:, worker] = 0
         self.count[worker] = 0
         self.last_s[worker] = np.nan
+        self.fixed_samples[worker] = 0.0
 
     def summaries(self, now_s: float, amp_state: np.ndarray) -> dict[int, WorkerSummary]:
         """WorkerSummary per worker that has reported at least once (as ClusterView does)."""
@@ -136,7 +149,7 @@ class ReportBook:
         # How far sizing's median may be from the worker's true speed by chance: one report's spread over
         # the window, over the square root of the reports in that median (star.policy.speeds.resolvable_speeds).
         sizing_error = _relative_spread_rows(per_sample_s, valid, per_sample) / np.sqrt(np.maximum(newest.sum(axis=1), 1))
-        comm = 2 * _median_rows(self.push_s[a, workers], valid)
+        comm = 2 * _median_rows(self.push_s[a, workers], valid) + self.pooled_fixed_samples() * per_sample
         reports = valid.sum(axis=1)
         latest = (self.count_amp[a, workers] - 1) % self.window
         latest_batch = self.batch[a, workers, latest]
@@ -191,4 +204,12 @@ class ReportBook:
         reports, their per-sample times, and which of them are the newest SIZING_WINDOW."""
         seq = self.seq[a, workers]
         valid = (seq >= 0) & (seq >= (self.count[workers] - self.keep)[:, None])  # still in the 20-report deque
-        return valid, self.per_sample_s[a, workers], _newest(valid, seq, min(SIZING_WINDOW, self.window))
+        per_sample_s = self.compute_s[a, workers] / (self.batch[a, workers] + self.pooled_fixed_samples())
+        return valid, per_sample_s, _newest(valid, seq, min(SIZING_WINDOW, self.window))
+
+    def pooled_fixed_samples(self) -> float:
+        """The fixed compute per step every worker is read with: the median of what the workers that reported
+        measured. One worker's start-up timing can misread (a 2-core host busy starting the others: 1 in 5
+        reads of digits, linear in fact, gave 7.5 samples); the same model on like devices has one step cost."""
+        reported = self.fixed_samples[self.count > 0]
+        return float(np.median(reported)) if len(reported) else 0.0

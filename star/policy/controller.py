@@ -98,7 +98,7 @@ class WorkerSummary(NamedTuple):
     (A NamedTuple: a decision at 1,000 workers builds a thousand of them.)"""
 
     per_sample_s: float  # median compute seconds per sample (includes replayed slowdown)
-    comm_s: float  # median push seconds x 2 (pull moves the same bytes; its blocked time excluded)
+    comm_s: float  # median push seconds x 2 (pull moves the same bytes; its blocked time excluded) + fixed compute (report_book)
     batch_size: int
     amp_reports: int  # recent reports that ran with AMP on
     reports: int  # recent reports summarised

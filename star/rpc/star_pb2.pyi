@@ -355,7 +355,7 @@ class JoinReply(_message.Message):
     def __init__(self, ps_addresses: _Optional[_Iterable[str]] = ..., directives: _Optional[_Union[Directives, _Mapping]] = ...) -> None: ...
 
 class IterationReport(_message.Message):
-    __slots__ = ("worker_id", "iteration", "compute_s", "push_s", "pull_s", "batch_size", "amp", "loss", "slowdown", "cpu_percent", "heartbeat", "paced_s")
+    __slots__ = ("worker_id", "iteration", "compute_s", "push_s", "pull_s", "batch_size", "amp", "loss", "slowdown", "cpu_percent", "heartbeat", "paced_s", "fixed_samples")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
@@ -368,6 +368,7 @@ class IterationReport(_message.Message):
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     PACED_S_FIELD_NUMBER: _ClassVar[int]
+    FIXED_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     iteration: int
     compute_s: float
@@ -380,7 +381,8 @@ class IterationReport(_message.Message):
     cpu_percent: float
     heartbeat: bool
     paced_s: float
-    def __init__(self, worker_id: _Optional[int] = ..., iteration: _Optional[int] = ..., compute_s: _Optional[float] = ..., push_s: _Optional[float] = ..., pull_s: _Optional[float] = ..., batch_size: _Optional[int] = ..., amp: _Optional[bool] = ..., loss: _Optional[float] = ..., slowdown: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., heartbeat: _Optional[bool] = ..., paced_s: _Optional[float] = ...) -> None: ...
+    fixed_samples: float
+    def __init__(self, worker_id: _Optional[int] = ..., iteration: _Optional[int] = ..., compute_s: _Optional[float] = ..., push_s: _Optional[float] = ..., pull_s: _Optional[float] = ..., batch_size: _Optional[int] = ..., amp: _Optional[bool] = ..., loss: _Optional[float] = ..., slowdown: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., heartbeat: _Optional[bool] = ..., paced_s: _Optional[float] = ..., fixed_samples: _Optional[float] = ...) -> None: ...
 
 class NicRate(_message.Message):
     __slots__ = ("name", "rx_bytes_per_s", "tx_bytes_per_s", "link_bytes_per_s")

@@ -34,6 +34,7 @@ class WorkerConfig:
     max_workers: int = 4096  # worker ids a relay accepts from children
     transport: str = "auto"  # payloads to the PSs: auto (shared memory with a co-located PS, else its socket channel, else gRPC) | shm | socket | grpc
     wire: str = "float32"  # gRPC payload dtype: float32 | bfloat16
+    measure_step_cost: bool = False  # time a step at two batch sizes before joining (the job's batch sizing reads it)
 
     def __post_init__(self) -> None:
         check_worker_count(self.workers, self.worker_id)

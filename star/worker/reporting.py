@@ -38,6 +38,7 @@ class IterationTimes:
     loss: float
     slowdown: float
     paced_s: float = 0.0  # waited for the plan's push pace (not part of push_s)
+    fixed_samples: float = 0.0  # a step's fixed compute in samples' worth (star.worker.step_cost; 0: in proportion)
 
 
 class CoordinatorLink:
@@ -90,6 +91,7 @@ class CoordinatorLink:
             loss=times.loss,
             slowdown=times.slowdown,
             paced_s=times.paced_s,
+            fixed_samples=times.fixed_samples,
             cpu_percent=self._process.cpu_percent(None),
         )
         with self._lock:

@@ -31,6 +31,7 @@ from star.worker.pulling import pull_under_one_plan
 from star.worker.relay import RelayClient, RelayServer, sum_into
 from star.worker.reporting import CoordinatorLink, IterationTimes
 from star.worker.staging import HostStaging
+from star.worker.step_cost import measure_fixed_samples
 
 logger = logging.getLogger("worker")
 
@@ -88,6 +89,7 @@ class Worker:
         self.pacer = PushPacer()
         self.relay: RelayServer | None = None  # set in run() when relay_host is given
         self.relay_client: RelayClient | None = None
+        self.fixed_samples = 0.0  # a step's fixed compute in samples' worth, measured in run() (star.worker.step_cost)
         self.tree_pushes = 0  # pushes that carried children's gradients
         self.relayed = 0  # own gradients a tree parent pushed
         # What the PS client reads and writes: the flat buffers themselves on CPU, the gradient in shared memory
@@ -121,6 +123,9 @@ class Worker:
     def _run(self) -> int:
         c = self.config
         credentials = Credentials.load(c.security)
+        if c.measure_step_cost:  # before joining: the PSs' first round waits for every worker's first push anyway
+            self.fixed_samples = self._measure_step_cost()
+            log(logger, logging.INFO, "step cost", worker=c.worker_id, batch=self.batch_size, fixed_samples=round(self.fixed_samples, 2))
         link = self.link = CoordinatorLink(c.coordinator, c.worker_id, credentials=credentials) if c.coordinator else None
         addresses = list(c.ps_addresses) or (link.join(self.batch_size, self.amp.enabled, self.stop) if link else [])
         if not addresses:
@@ -169,7 +174,7 @@ class Worker:
                 self.iteration += 1
                 if link:
                     link.report(IterationTimes(self.iteration, t2 - t1 - paced_s, t3 - t2 - waited_s, t1 - t0 + waited_s,
-                                               self.batch_size, self.amp.enabled, loss, factor, paced_s))
+                                               self.batch_size, self.amp.enabled, loss, factor, paced_s, self.fixed_samples))
                     self._obey(link)
             log(logger, logging.INFO, "stopped", worker=c.worker_id, iterations=self.iteration, stale_pushes=self.stale_pushes,
                 reply_wait_ms=round(self.reply_wait_s * 1000, 1),
@@ -193,6 +198,30 @@ class Worker:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return float(loss.detach()), time.monotonic() - start
+
+    def _measure_step_cost(self) -> float:
+        """A step's fixed compute in samples' worth (star.worker.step_cost), timed on a batch of its own shard
+        outside training: the data order, the model's buffers and the random state are left as they were."""
+        c = self.config
+        inputs, targets = batch_stream(self.task, c.worker_id, c.workers, c.seed, self.batch_size).next_batch(self.batch_size)
+        inputs, targets = inputs.to(self.device), targets.to(self.device)
+        buffers = [b.detach().clone() for b in self.model.buffers()]
+
+        def step(batch: int) -> None:
+            self.flat.zero_grad()
+            with self.amp.autocast():
+                loss = self.task.loss_fn(self.model(inputs[:batch]), targets[:batch])
+            self.amp.backward(loss, self.flat.grads)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            fixed = measure_fixed_samples(step, self.batch_size)
+        with torch.no_grad():
+            for saved, live in zip(buffers, self.model.buffers()):
+                live.copy_(saved)
+        self.flat.zero_grad()
+        return fixed
 
     def _obey(self, link: CoordinatorLink) -> None:
         directives = link.directives()

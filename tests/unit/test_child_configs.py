@@ -63,6 +63,15 @@ def test_a_worker_serves_a_relay_on_its_host_only_when_the_job_may_aggregate_in_
     assert worker.relay_host == ("10.0.0.3" if serves else None)
 
 
+@pytest.mark.parametrize("data, measures", [({"plan": {"mode": "ssgd"}}, False), ({"plan": {"mode": "auto"}}, True),
+                                            ({"plan": {"mode": "batch"}}, True), ({"plan": {"mode": "amp"}}, False),
+                                            ({"plan": {"mode": "auto"}, "control": {"batch": False}}, False),
+                                            ({"plan": {"mode": "kofn", "k": 3}, "control": {"batch": True}}, True)])
+def test_workers_time_their_step_cost_only_when_the_job_may_size_batches(data, measures):
+    worker = worker_config(from_dict(JobConfig, data), worker_id=0, coordinator="h:1", relay_host="h")
+    assert worker.measure_step_cost is measures
+
+
 @pytest.mark.parametrize("worker_id", [-1, 3])
 def test_a_worker_index_outside_the_job_is_refused_naming_the_field(worker_id):
     with pytest.raises(ConfigError, match=rf"worker_id={worker_id}: must be in 0..workers-1 \(workers=3\)"):

@@ -1,0 +1,130 @@
+"""A worker's step cost: the fixed part of its step, measured at start-up, and how the report book reads it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from star.report_book import ReportBook
+from star.worker.step_cost import MAX_SHARE, fixed_samples, measure_fixed_samples
+
+
+@pytest.mark.parametrize("fixed_s, per_sample_s, expected", [
+    (0.0, 0.001, 0.0),  # in proportion to the batch: nothing fixed
+    (0.0004, 0.001, 0.0),  # 5% of an 8-sample step: read as noise
+    (0.010, 0.001, 10.0),  # a = 10 s_per_sample
+    (0.028, 0.0029, 0.028 / 0.0029),  # gpt-50m on a shared H200: 31.6 ms at 1 sample, 52 ms at 8
+])
+def test_the_fixed_part_of_a_step_is_its_intercept_over_its_slope_in_samples(fixed_s, per_sample_s, expected):
+    full, part = fixed_s + 8 * per_sample_s, fixed_s + 4 * per_sample_s
+    assert fixed_samples(full, part, 8, 4) == pytest.approx(expected)
+
+
+def test_a_step_that_takes_as_long_at_half_the_batch_is_capped_not_infinite():
+    assert fixed_samples(0.05, 0.05, 8, 4) == pytest.approx(MAX_SHARE * 8 / (1 - MAX_SHARE))
+    assert fixed_samples(0.05, 0.06, 8, 4) == pytest.approx(MAX_SHARE * 8 / (1 - MAX_SHARE))  # half slower: noise
+
+
+def test_a_half_batch_that_takes_under_half_the_time_reads_as_no_fixed_part():
+    assert fixed_samples(0.08, 0.03, 8, 4) == 0.0
+
+
+@pytest.mark.parametrize("full_batch, part_batch", [(8, 8), (8, 0), (4, 6)])
+def test_sizes_that_cannot_give_a_slope_are_refused(full_batch, part_batch):
+    with pytest.raises(ValueError, match="part_batch"):
+        fixed_samples(0.1, 0.05, full_batch, part_batch)
+
+
+class FakeStep:
+    """A step of `a + s*b` seconds on a fake clock; the listed calls also suffer `spike_s` of interference."""
+
+    def __init__(self, a: float, s: float, spikes: set[int], spike_s: float = 0.5):
+        self.now, self.a, self.s, self.spikes, self.spike_s, self.calls = 0.0, a, s, spikes, spike_s, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def __call__(self, batch: int) -> None:
+        self.now += self.a + self.s * batch + (self.spike_s if len(self.calls) in self.spikes else 0.0)
+        self.calls.append(batch)
+
+
+def test_measuring_interleaves_both_sizes_after_a_warm_up_and_ignores_interference():
+    step = FakeStep(a=0.02, s=0.002, spikes={2, 5})  # calls 0-1 warm up; a spike at each size afterwards
+    assert measure_fixed_samples(step, 16, repeats=2, clock=step.clock) == pytest.approx(10.0)
+    assert step.calls == [8, 16, 8, 16, 8, 16]
+
+
+def test_a_one_sample_batch_is_not_measured():
+    step = FakeStep(a=0.02, s=0.002, spikes=set())
+    assert measure_fixed_samples(step, 1, clock=step.clock) == 0.0 and step.calls == []
+
+
+def book_after(fixed: float, steps: list[tuple[int, float]]) -> ReportBook:
+    book = ReportBook(1)
+    for i, (batch, compute_s) in enumerate(steps):
+        book.record(np.array([0]), float(i), np.array([compute_s]), 0.01, np.array([batch]), np.array([False]), fixed)
+    return book
+
+
+def test_a_worker_with_a_fixed_step_cost_keeps_its_per_sample_time_when_its_batch_is_cut():
+    """gpt-50m on a shared GPU read in proportion: cut from 8 to 1 sample, 52 -> 31.6 ms looked 4.9x slower per
+    sample, so batch sizing cut it again. With the step's fixed part (F samples) the reading stays put, and the
+    summary predicts its step at either size."""
+    a, s = 0.0287, 0.0029
+    fixed = a / s
+    steps = [(8, a + 8 * s)] * 4 + [(1, a + s)] * 4
+    summary = book_after(fixed, steps).summaries(10.0, np.zeros(1, dtype=bool))[0]
+    assert summary.sizing_per_sample_s == pytest.approx(s) and summary.per_sample_s == pytest.approx(s)
+    for batch in (1, 8, 16):
+        assert summary.comm_s + summary.per_sample_s * batch == pytest.approx(2 * 0.01 + a + s * batch)
+    linear = book_after(0.0, steps).summaries(10.0, np.zeros(1, dtype=bool))[0]
+    assert linear.sizing_per_sample_s == pytest.approx(a + s)  # the old reading: 31.6 ms a sample
+    assert linear.comm_s == pytest.approx(0.02)
+
+
+def test_without_a_reported_fixed_part_the_book_reads_steps_in_proportion_as_before():
+    steps = [(8, 0.08), (8, 0.088), (4, 0.04), (4, 0.044)]
+    summary = book_after(0.0, steps).summaries(10.0, np.zeros(1, dtype=bool))[0]
+    assert summary.per_sample_s == pytest.approx(0.0105) and summary.comm_s == pytest.approx(0.02)
+
+
+def test_measuring_a_real_workers_step_leaves_its_data_order_model_and_random_state_as_they_were():
+    import torch
+
+    from star.worker.config import WorkerConfig
+    from star.worker.worker import Worker
+
+    config = WorkerConfig(worker_id=1, workers=4, task="digits")
+    with Worker(config) as measured, Worker(config) as untouched:
+        params = measured.flat.params.clone()
+        rng = torch.get_rng_state()
+        fixed = measured._measure_step_cost()
+        assert fixed >= 0.0
+        assert torch.equal(torch.get_rng_state(), rng)
+        assert torch.equal(measured.flat.params, params) and not measured.flat.grads.any()
+        assert torch.equal(measured.batches.next_batch(8)[0], untouched.batches.next_batch(8)[0])
+
+
+def test_one_workers_misread_step_cost_does_not_change_how_the_others_are_read():
+    """The book reads every worker with the median of the reported fixed parts: one worker's start-up timing
+    on a busy host (7.5 samples where its step is in proportion) is outvoted by the three that read 0."""
+    book = ReportBook(4)
+    for i in range(4):
+        for w, fixed in enumerate((0.0, 7.5, 0.0, 0.0)):
+            book.record(np.array([w]), float(i), np.array([0.08]), 0.01, np.array([8]), np.array([False]), fixed)
+    summaries = book.summaries(5.0, np.zeros(4, dtype=bool))
+    assert {w: s.per_sample_s for w, s in summaries.items()} == {w: 0.01 for w in range(4)}
+    assert book.pooled_fixed_samples() == 0.0
+
+
+@pytest.mark.parametrize("fixed, refused", [(0.0, False), (9.9, False), (-1.0, True), (float("nan"), True),
+                                            (float("inf"), True)])
+def test_a_report_with_a_negative_or_non_finite_step_cost_is_refused_naming_the_field(fixed, refused):
+    from star.coordinator_checks import report_problem
+    from star.rpc import star_pb2 as pb
+
+    problem = report_problem(pb.IterationReport(worker_id=0, compute_s=0.1, push_s=0.01, batch_size=8,
+                                                slowdown=1.0, fixed_samples=fixed), 4)
+    assert (problem is not None) is refused
+    assert not refused or "fixed_samples" in problem
