@@ -128,3 +128,12 @@ def test_a_report_with_a_negative_or_non_finite_step_cost_is_refused_naming_the_
                                                 slowdown=1.0, fixed_samples=fixed), 4)
     assert (problem is not None) is refused
     assert not refused or "fixed_samples" in problem
+
+
+@pytest.mark.parametrize("reported, pooled", [((0.0, 7.5, 0.0, 0.0), 0.0), ((0.0, 7.5, 8.0, 0.0), 0.0),
+                                              ((9.0, 7.5, 8.0, 0.0), 7.5), ((10.0,), 10.0), ((10.0, 0.0), 0.0)])
+def test_a_fixed_part_counts_only_once_more_than_half_the_workers_measured_one(reported, pooled):
+    book = ReportBook(len(reported))
+    for w, fixed in enumerate(reported):
+        book.record(np.array([w]), 0.0, np.array([0.08]), 0.01, np.array([8]), np.array([False]), fixed)
+    assert book.pooled_fixed_samples() == pooled
