@@ -215,8 +215,10 @@ class Worker:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
 
+        # On a CPU the step's own work is its CPU time: what the processes starting beside it take is not.
+        clock = time.perf_counter if self.device.type == "cuda" else time.process_time
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            fixed = measure_fixed_samples(step, self.batch_size)
+            fixed = measure_fixed_samples(step, self.batch_size, clock=clock)
         with torch.no_grad():
             for saved, live in zip(buffers, self.model.buffers()):
                 live.copy_(saved)
