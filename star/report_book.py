@@ -149,7 +149,8 @@ class ReportBook:
         # How far sizing's median may be from the worker's true speed by chance: one report's spread over
         # the window, over the square root of the reports in that median (star.policy.speeds.resolvable_speeds).
         sizing_error = _relative_spread_rows(per_sample_s, valid, per_sample) / np.sqrt(np.maximum(newest.sum(axis=1), 1))
-        comm = 2 * _median_rows(self.push_s[a, workers], valid) + self.pooled_fixed_samples() * per_sample
+        fixed_compute = self.pooled_fixed_samples() * per_sample
+        comm = 2 * _median_rows(self.push_s[a, workers], valid) + fixed_compute
         reports = valid.sum(axis=1)
         latest = (self.count_amp[a, workers] - 1) % self.window
         latest_batch = self.batch[a, workers, latest]
@@ -159,7 +160,7 @@ class ReportBook:
         has = reports > 0
         columns = (np.where(has, per_sample, 1.0), np.where(has, comm, 0.0), np.where(has, latest_batch, 1),
                    np.where(a == 1, reports, 0), reports, silent, np.where(has, sizing, 1.0),
-                   np.where(has, sizing_error, 0.0))
+                   np.where(has, sizing_error, 0.0), np.where(has, fixed_compute, 0.0))
         return dict(zip(workers.tolist(), map(WorkerSummary._make, zip(*(c.tolist() for c in columns)))))
 
     def sizing_above(self, thresholds: Mapping[int, float], amp_state: np.ndarray, since: np.ndarray,

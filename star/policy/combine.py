@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from star.policy.batch import makespan_s
 
-Sizes = Callable[[Mapping[int, float]], dict[int, int]]  # per-sample seconds -> batch sizes
+Sizes = Callable[..., dict[int, int]]  # (per-sample seconds[, fixed seconds]) -> batch sizes
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,14 @@ class AddedGain:
 
 
 def amp_gain_under_batch(per_sample_s: Mapping[int, float], fixed_s: Mapping[int, float], workers: Iterable[int],
-                         speedup: float, sizes_for: Sizes) -> AddedGain:
+                         speedup: float, sizes_for: Sizes, fixed_compute_s: Mapping[int, float] | None = None) -> AddedGain:
     """What AMP (per-sample time / `speedup` on each of `workers`) adds once batch sizes are re-solved.
-    `per_sample_s[w]` is each worker's time without AMP."""
+    `per_sample_s[w]` is each worker's time without AMP; `fixed_compute_s[w]`, the part of `fixed_s[w]` that is
+    its step's fixed compute (star.report_book), which AMP shortens by the same factor."""
+    workers = list(workers)
     faster = {**per_sample_s, **{w: per_sample_s[w] / speedup for w in workers}}
+    compute = fixed_compute_s or {}
+    faster_fixed = {**fixed_s, **{w: fixed_s[w] - compute.get(w, 0.0) * (1 - 1 / speedup) for w in workers}}
     alone = makespan_s(sizes_for(per_sample_s), per_sample_s, fixed_s)
-    combined = makespan_s(sizes_for(faster), faster, fixed_s)
+    combined = makespan_s(sizes_for(faster, faster_fixed), faster, faster_fixed)
     return AddedGain(alone, combined, 1 - combined / alone if alone > 0 else 0.0)

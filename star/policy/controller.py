@@ -105,6 +105,7 @@ class WorkerSummary(NamedTuple):
     silent_s: float = 0.0  # seconds since its last report
     recent_per_sample_s: float | None = None  # median over fewer, newer reports: what batch sizing acts on (None: per_sample_s)
     sizing_rel_error: float = 0.0  # relative standard error of sizing_per_sample_s, from its reports' spread (0: unknown)
+    fixed_compute_s: float = 0.0  # the part of comm_s that is the step's fixed compute (star.report_book; 0 on CPUs)
 
     @property
     def sizing_per_sample_s(self) -> float:
@@ -195,14 +196,13 @@ class Controller:
         if not active or any(w not in self.judged for w in current.workers if w not in self.lost):
             # Some worker never judged (start, rejoin), or none judgeable now: only losses and rejoins until they can be
             plan = self._membership_plan(current, newly_lost, rejoined)
-            if plan is not None:
-                plan = with_epoch(plan, current.epoch + 1)
+            plan = with_epoch(plan, current.epoch + 1) if plan is not None else None
             return ControlDecision(plan, {}, {}, frozenset(self.detector.stragglers), frozenset(self.lost), events)
 
         speedups, verifying = self.amp.speedups(), self.amp.verifying()
         # Not judged while AMP is verified on it: its time is neither plain nor normalisable (read as plain, it "recovered")
         normalised = {w: s.per_sample_s * speedups.get(w, 1.0) for w, s in active.items() if w not in verifying}
-        early = finishes_early({w: s.per_sample_s * s.batch_size for w, s in active.items()}, c.detector.margin)
+        early = finishes_early({w: s.per_sample_s * s.batch_size + s.fixed_compute_s for w, s in active.items()}, c.detector.margin)
         # On AMP and faster per sample than the median: let out, so AMP goes off and its plain speed shows (the probe)
         probe = (self.amp.probe_ready(period) & finishes_early({w: s.per_sample_s for w, s in active.items()},
                                                                c.detector.margin)) if c.amp else frozenset()
@@ -315,8 +315,8 @@ class Controller:
         c = self.config.batching
         global_batch = self.base_batch * (len(workers) + len(held)) - sum(held.values())
 
-        def sizes_for(per_sample_s: Mapping[int, float]) -> dict[int, int]:
-            return solve_batch_sizes({w: per_sample_s[w] for w in workers}, global_batch, fixed_s=comm_s,
+        def sizes_for(per_sample_s: Mapping[int, float], fixed_s: Mapping[int, float] | None = None) -> dict[int, int]:
+            return solve_batch_sizes({w: per_sample_s[w] for w in workers}, global_batch, fixed_s=comm_s if fixed_s is None else fixed_s,
                                      min_batch=c.min_batch, max_batch=max(c.min_batch, int(self.base_batch * c.max_factor)))
         return sizes_for, global_batch
 
@@ -422,7 +422,7 @@ class Controller:
                                    {w: active[w].comm_s for w in workers})
         try:
             return amp_gain_under_batch({w: plain_s[w] for w in workers}, {w: active[w].comm_s for w in workers},
-                                        targets, speedup, sizes_for)
+                                        targets, speedup, sizes_for, {w: active[w].fixed_compute_s for w in workers})
         except BatchPlanError:
             return None
 

@@ -37,6 +37,8 @@ class CostConfig:
     host_cores: float = 0.0  # CPU cores a host's workers share (0: each worker has its own, no contention)
     workers_per_host: int = 1  # workers 0..k-1 share host 0, k..2k-1 host 1, ... (with host_cores > 0)
     resize_s: float = 0.0  # extra seconds of a worker's first iteration at a new batch size
+    fixed_compute_share: float = 0.0  # share of base_compute_s a step costs at any batch (a GPU's launches; 0: in proportion)
+    report_step_cost: bool = True  # workers report that fixed part, as real ones measure it (False: the rule before 28 Nov)
 
     def __post_init__(self) -> None:
         for name in ("base_compute_s", "amp_time_factor", "model_bytes", "bandwidth_bytes_per_s"):
@@ -46,6 +48,7 @@ class CostConfig:
             value = getattr(self, name)
             _require(math.isfinite(value) and value >= 0, f"cost.{name}", value, "must be >= 0")
         _require(self.base_batch >= 1, "cost.base_batch", self.base_batch, "must be >= 1")
+        _require(0 <= self.fixed_compute_share < 1, "cost.fixed_compute_share", self.fixed_compute_share, "must be in [0, 1)")
         _require(self.workers_per_host >= 1, "cost.workers_per_host", self.workers_per_host, "must be >= 1")
 
     @property

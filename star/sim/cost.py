@@ -2,7 +2,9 @@
 
 iteration = pull + compute + push + overhead, with
 compute = cpu x trace factor (+ resize_s on the first iteration at a new batch size),
-cpu = base_compute_s x (amp_time_factor if AMP is on) x batch/base_batch x noise x stretch.
+cpu = base_compute_s x (amp_time_factor if AMP is on) x (share + (1 - share) x batch/base_batch) x noise x stretch,
+share being the step's fixed part (`fixed_compute_share`, 0 on CPUs; workers report it as samples' worth,
+star.worker.step_cost, unless `report_step_cost` is off).
 The trace factor multiplies the compute the worker really does (as the real worker's
 replay sleeps (factor - 1) x its measured compute), so AMP or a smaller batch also
 shortens a slowed step.
@@ -52,7 +54,7 @@ class CostModel:
 
     def _cpu_s(self, amp: np.ndarray, batch: np.ndarray) -> np.ndarray:
         c = self.config
-        t = c.base_compute_s * (batch / c.base_batch)
+        t = c.base_compute_s * (c.fixed_compute_share + (1 - c.fixed_compute_share) * (batch / c.base_batch))
         t = np.where(amp, t * c.amp_time_factor, t)
         if self._sigma > 0:
             # Mean-one lognormal noise: jitter without changing the average step.
@@ -108,6 +110,13 @@ class CostModel:
             compute = compute + self.config.resize_s * ((before > 0) & (before != batch))
         self.last_batch[workers] = batch
         return compute
+
+    @property
+    def reported_fixed_samples(self) -> float:
+        """What each worker reports of its step's fixed part, in samples' worth (as star.worker.step_cost measures)."""
+        c = self.config
+        share = c.fixed_compute_share if c.report_step_cost else 0.0
+        return share * c.base_batch / (1 - share)
 
     def fixed_s(self) -> float:
         """Seconds of an iteration that are not compute: pull + push + overhead."""

@@ -182,7 +182,7 @@ class Simulation:
             return
         self.iters[workers] += 1
         self.book.record(workers, self.arrive[workers], self.cur_compute[workers], self.push_s,
-                         self.cur_batch[workers], self.cur_amp[workers])
+                         self.cur_batch[workers], self.cur_amp[workers], self.cost.reported_fixed_samples)
         self.reported[workers] = True
 
     def _resolve_refused(self, members: np.ndarray, end: float, rnd: int = 0) -> None:
