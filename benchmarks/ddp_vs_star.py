@@ -161,6 +161,8 @@ def main(argv: list[str] | None = None, run: Callable[[JobConfig], dict] = launc
         task = task_name(args.task, args.preset)
         if args.workers < 1 or args.ps < 1 or args.repeats < 1:
             raise BenchError(f"--workers {args.workers}, --ps {args.ps}, --repeats {args.repeats}: each must be >= 1")
+        if args.threads_per_process < 1:
+            raise BenchError(f"--threads-per-process {args.threads_per_process}: must be >= 1")
         unknown = set(args.rows.split(",")) - {name for name, _, _ in RUNS}
         if unknown:
             raise BenchError(f"--rows: unknown {', '.join(sorted(unknown))} (known: {', '.join(n for n, _, _ in RUNS)})")

@@ -143,13 +143,14 @@ class ReportBook:
         if len(workers) == 0:
             return {}
         a = amp_state[workers].astype(np.int64)
-        valid, per_sample_s, newest = self._rows(a, workers)
+        fixed_samples = self.pooled_fixed_samples()
+        valid, per_sample_s, newest = self._rows(a, workers, fixed_samples)
         per_sample = _median_rows(per_sample_s, valid)
         sizing = _median_rows(per_sample_s, newest)
         # How far sizing's median may be from the worker's true speed by chance: one report's spread over
         # the window, over the square root of the reports in that median (star.policy.speeds.resolvable_speeds).
         sizing_error = _relative_spread_rows(per_sample_s, valid, per_sample) / np.sqrt(np.maximum(newest.sum(axis=1), 1))
-        fixed_compute = self.pooled_fixed_samples() * per_sample
+        fixed_compute = fixed_samples * per_sample
         comm = 2 * _median_rows(self.push_s[a, workers], valid) + fixed_compute
         reports = valid.sum(axis=1)
         latest = (self.count_amp[a, workers] - 1) % self.window
@@ -200,12 +201,13 @@ class ReportBook:
         valid, _, _ = self._rows(amp_state[listed].astype(np.int64), listed)
         return sorted(listed[valid.sum(axis=1) < min_reports].tolist())
 
-    def _rows(self, a: np.ndarray, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _rows(self, a: np.ndarray, workers: np.ndarray, fixed_samples: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per listed worker under AMP setting `a`: which ring entries are still among its latest `keep`
         reports, their per-sample times, and which of them are the newest SIZING_WINDOW."""
         seq = self.seq[a, workers]
         valid = (seq >= 0) & (seq >= (self.count[workers] - self.keep)[:, None])  # still in the 20-report deque
-        per_sample_s = self.compute_s[a, workers] / (self.batch[a, workers] + self.pooled_fixed_samples())
+        fixed = self.pooled_fixed_samples() if fixed_samples is None else fixed_samples
+        per_sample_s = self.compute_s[a, workers] / (self.batch[a, workers] + fixed)
         return valid, per_sample_s, _newest(valid, seq, min(SIZING_WINDOW, self.window))
 
     def pooled_fixed_samples(self) -> float:

@@ -53,6 +53,15 @@ def test_unknown_preset_exits_2_naming_the_flag(tmp_path, capsys):
     assert code == 2 and "--preset '7m'" in err
 
 
+def test_threads_per_process_reaches_every_run_and_zero_exits_2_naming_the_flag(tmp_path, capsys):
+    calls: list[JobConfig] = []
+    assert ddp_vs_star.main(["--preset", "1m", "--workers", "2", "--repeats", "1", "--threads-per-process", "3",
+                             "--rows", "ddp-clean,star-ssgd-clean", "--out", str(tmp_path)], run=fake_run(calls)) == 0
+    assert [c.threads_per_process for c in calls] == [3, 3]
+    code = ddp_vs_star.main(["--preset", "1m", "--threads-per-process", "0", "--out", str(tmp_path)], run=fake_run([]))
+    assert code == 2 and "--threads-per-process 0" in capsys.readouterr().err
+
+
 def test_device_reaches_every_run_and_a_missing_cuda_exits_2_naming_the_flag(tmp_path, capsys, monkeypatch):
     calls: list[JobConfig] = []
     assert ddp_vs_star.main(["--task", "gpt", "--preset", "1m", "--workers", "2", "--ps", "1", "--repeats", "1",
