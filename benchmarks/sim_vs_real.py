@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -146,13 +147,24 @@ def simulate_case(case: Case, strategies: list[str], config: BenchConfig, seeds:
             clean = run_sim(BenchConfig(**{**config.__dict__, "seed": seed}), CLEAN, None, out / "anchor" / str(seed), convergence)
             factor = tta_s / clean["tta_s"] if clean.get("reached") and clean.get("tta_s") else 1.0
             settings.append((seed, {**convergence, "cost": scaled_cost(cost, factor)}))
-    runs = []
+    runs, factors = [], {}
     for strategy in [CLEAN] + [s for s in strategies if s != CLEAN]:
         results = [run_sim(BenchConfig(**{**config.__dict__, "seed": seed}), strategy, None if strategy == CLEAN else spec,
                            out / case.name / strategy / f"seed{seed}", overrides) for seed, overrides in settings]
         tta = median_tta(results)
         runs.append({"trace": case.name, "strategy": strategy, "workers": config.workers, "tta_s": tta, "reached": tta is not None})
-    return summary_rows(runs)
+        factors[strategy] = tta_factors(results)
+    return [{**row, **factors[row["strategy"]]} for row in summary_rows(runs)]
+
+
+def tta_factors(results: list[dict[str, Any]]) -> dict[str, float | None]:
+    """TTA's two factors over the seeds that reached the target, as benchmarks.strategies reports them: median
+    updates to target and median seconds per update (None when none reached)."""
+    reached = [r for r in results if r.get("reached") and r.get("tta_s") and r.get("updates")]
+    if not reached:
+        return {"updates_to_target": None, "s_per_update": None}
+    return {"updates_to_target": statistics.median(r["updates"] for r in reached),
+            "s_per_update": statistics.median(r["tta_s"] / r["updates"] for r in reached)}
 
 
 def compare_cases(cases: list[Case], config: BenchConfig, seeds: int, out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

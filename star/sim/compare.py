@@ -8,6 +8,10 @@ error, error_vs_clean}, made by `compare_with_real` from a real table (`read_rea
 - `agreement`: per trace, tau of the real vs simulated ranking of the strategies, and mean / max
   |TTA error|, raw and relative to clean (clean SSGD left out of both: it is the reference, not a
   strategy, and in a paired comparison the anchor the simulator's time scale is fitted to);
+- TTA's two factors beside it (`compare_with_real`, `agreement`): updates to target and seconds per update,
+  with tau and the mean |error| on seconds per update alone. The simulator models what a strategy costs per
+  update; which update reaches the target moves by several per cent whenever a strategy changes any round's
+  gradient (one cut round: `python -m benchmarks.updates_cv --cut-round`), a draw no cost model can predict;
 - `resolved_tau`: tau over the pairs of strategies whose real TTA ranges do not overlap
   (the order reality is sure of);
 - `seed_agreement`: the mean tau between the real rankings of two seeds (reality's own
@@ -97,7 +101,11 @@ def agreement(compared: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         rel = [abs(c["error_vs_clean"]) for c in ranked if c["error_vs_clean"] is not None]
         (mean_raw, max_raw), (mean_rel, max_rel) = _mean_max(raw), _mean_max(rel)
         order = lambda key: " < ".join(c["strategy"] for c in sorted(ranked, key=lambda c: math.inf if c[key] is None else c[key]))  # noqa: E731
-        out.append({"trace": trace, "strategies": len(ranked), "kendall_tau": tau, "resolved_tau": resolved, "resolved_pairs": pairs, "mean_error": mean_raw,
+        spu = [c for c in ranked if c.get("real_s_per_update") and c.get("sim_s_per_update")]
+        spu_tau = kendall_tau([c["real_s_per_update"] for c in spu], [c["sim_s_per_update"] for c in spu])
+        spu_error, _ = _mean_max([abs(c["s_per_update_error"]) for c in spu])
+        out.append({"trace": trace, "strategies": len(ranked), "kendall_tau": tau, "resolved_tau": resolved, "resolved_pairs": pairs,
+                    "s_per_update_tau": spu_tau, "mean_s_per_update_error": spu_error, "mean_error": mean_raw,
                     "max_error": max_raw, "mean_error_vs_clean": mean_rel, "max_error_vs_clean": max_rel,
                     "real_order": order("real_tta_s"), "sim_order": order("sim_tta_s")})
     return out
@@ -127,7 +135,7 @@ def agreement_table(rows: Sequence[dict[str, Any]], tau_goal: float = TAU_GOAL, 
     """Markdown: per trace tau and errors, each with its goal verdict; then the real and simulated orders."""
     head = ("trace", "strategies", "Kendall tau", f"tau >= {tau_goal}", "real seed-vs-seed tau",
             "tau on pairs real runs tell apart", "mean abs TTA error", f"<= {error_goal:.0%}",
-            "mean abs error of TTA/clean", f"<= {error_goal:.0%}")
+            "mean abs error of TTA/clean", f"<= {error_goal:.0%}", "tau on s/update", "mean abs s/update error")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     verdict = lambda ok, value: "" if value is None else ("yes" if ok else "**NO**")  # noqa: E731
     for r in rows:
@@ -138,7 +146,8 @@ def agreement_table(rows: Sequence[dict[str, Any]], tau_goal: float = TAU_GOAL, 
                  f"{_fmt(raw, True)} (max {_fmt(r['max_error'], True)})" if raw is not None else "",
                  verdict(raw is not None and raw <= error_goal, raw),
                  f"{_fmt(rel, True)} (max {_fmt(r['max_error_vs_clean'], True)})" if rel is not None else "",
-                 verdict(rel is not None and rel <= error_goal, rel))
+                 verdict(rel is not None and rel <= error_goal, rel),
+                 _fmt(r.get("s_per_update_tau")), _fmt(r.get("mean_s_per_update_error"), True))
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "| trace | real order (fastest first) | simulated order |", "|---|---|---|"]
     lines += [f"| {r['trace']} | {r['real_order']} | {r['sim_order']} |" for r in rows]
@@ -176,7 +185,8 @@ def read_real_summary(path: Path) -> list[dict[str, Any]]:
         else:
             strategy, trace, reached = r["strategy"], r["trace"], r["reached"] in ("True", "true", "1")
         tta = float(r["tta_s"]) if r.get("tta_s") not in (None, "") else None
-        rows.append({"trace": trace, "strategy": strategy, "tta_s": tta, "reached": reached and tta is not None})
+        factors = {k: float(r[k]) if r.get(k) not in (None, "") else None for k in ("updates_to_target", "s_per_update")}
+        rows.append({"trace": trace, "strategy": strategy, "tta_s": tta, "reached": reached and tta is not None, **factors})
     return rows
 
 
@@ -199,20 +209,31 @@ def compare_with_real(sim_rows: Sequence[dict[str, Any]], real_rows: Sequence[di
         s_rel = s_t / sim_clean if s_t and sim_clean else None
         r_rel = r_t / real_clean if r_t and real_clean else None
         rel = s_rel / r_rel - 1 if s_rel and r_rel else None
+        s_spu, r_spu = r.get("s_per_update"), rr.get("s_per_update")
         out.append({"trace": r["trace"], "strategy": r["strategy"], "real_tta_s": r_t, "sim_tta_s": s_t, "error": raw,
-                    "real_vs_clean": r_rel, "sim_vs_clean": s_rel, "error_vs_clean": rel})
+                    "real_vs_clean": r_rel, "sim_vs_clean": s_rel, "error_vs_clean": rel,
+                    "real_updates": rr.get("updates_to_target"), "sim_updates": r.get("updates_to_target"),
+                    "real_s_per_update": r_spu, "sim_s_per_update": s_spu,
+                    "s_per_update_error": s_spu / r_spu - 1 if s_spu and r_spu else None})
     return out
+
+
+def _whole(value: float | None) -> float | int | None:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def sim_vs_real_table(compared: Sequence[dict[str, Any]], heading: str = "") -> str:
     """Per-run markdown of `compare_with_real`'s rows, under an optional `heading` line, with the mean errors."""
-    head = ("trace", "strategy", "real_tta_s", "sim_tta_s", "error", "real/clean", "sim/clean", "error of TTA/clean")
+    head = ("trace", "strategy", "real_tta_s", "sim_tta_s", "error", "real/clean", "sim/clean", "error of TTA/clean",
+            "real updates", "sim updates", "real s/update", "sim s/update", "s/update error")
     lines = [heading + "\n"] if heading else []
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     pct = lambda v: None if v is None else f"{v:+.1%}"  # noqa: E731
     for c in compared:
         cells = (c["trace"], c["strategy"], c["real_tta_s"], c["sim_tta_s"], pct(c["error"]), c["real_vs_clean"],
-                 c["sim_vs_clean"], pct(c["error_vs_clean"]) if c["strategy"] != CLEAN else None)
+                 c["sim_vs_clean"], pct(c["error_vs_clean"]) if c["strategy"] != CLEAN else None,
+                 _whole(c.get("real_updates")), _whole(c.get("sim_updates")), c.get("real_s_per_update"), c.get("sim_s_per_update"),
+                 pct(c.get("s_per_update_error")))
         lines.append("| " + " | ".join(markdown_cell(v) for v in cells) + " |")
     raw = [abs(c["error"]) for c in compared if c["error"] is not None]
     rel = [abs(c["error_vs_clean"]) for c in compared if c["error_vs_clean"] is not None and c["strategy"] != CLEAN]

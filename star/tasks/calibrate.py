@@ -47,11 +47,15 @@ def simulate(
     batch_size: int | None = None,
     target: float | None = None,
     init_seed: int | None = None,
+    cut: tuple[int, int] | None = None,
 ) -> SimulationResult:
     """Synchronous SGD with `workers` averaged gradients per step until target.
 
     `init_seed` (default `seed`) builds the model, so the data order's share of the
-    run-to-run spread can be told apart from the initialisation's."""
+    run-to-run spread can be told apart from the initialisation's. `cut` = (round,
+    samples): in that round (0-based, the update it makes is round + 1) the last worker
+    computes only the first `samples` of its batch, weighted by samples as the PS weighs
+    it — what a straggler's batch cut at once does to one round (star.worker.worker)."""
     batch_size = batch_size or task.default_batch_size
     target = task.default_target if target is None else target
     model = task.build_model(seed if init_seed is None else init_seed)
@@ -60,9 +64,12 @@ def simulate(
     history = []
     for step in range(1, max_steps + 1):
         optimizer.zero_grad()
-        for stream in streams:
+        for w, stream in enumerate(streams):
             inputs, targets = stream.next_batch(batch_size)
-            (task.loss_fn(model(inputs), targets) / workers).backward()
+            weight = 1.0
+            if cut is not None and step == cut[0] + 1 and w == workers - 1:
+                inputs, targets, weight = inputs[:cut[1]], targets[:cut[1]], cut[1] / batch_size
+            (task.loss_fn(model(inputs), targets) * weight / workers).backward()
         optimizer.step()
         if step % eval_every == 0:
             metric = task.evaluate(model)

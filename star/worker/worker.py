@@ -79,7 +79,7 @@ class Worker:
         self.base_batch = self.batch_size  # the even share; batch directives are relative to it
         self.batch_offset: int | None = None  # where its batch starts in each round's global batch, once the coordinator
         # sized batches (star.tasks.global_batch); None: the next batch of its own shard
-        self.pending_batch: PendingBatch | None = None
+        self.pending_batches: list[PendingBatch] = []  # directed batches not yet in force, by first iteration
         self.amp = AmpSwitch(self.device, enabled=config.amp)
         self.batches = batch_stream(self.task, config.worker_id, config.workers, config.seed, self.batch_size)
         self.slowdown = self._load_slowdown()
@@ -235,27 +235,37 @@ class Worker:
             log(logger, logging.INFO, "amp switched", worker=self.config.worker_id, amp=directives.amp)
         size = directives.batch_size or self.batch_size
         offset = directives.batch_offset if directives.HasField("batch_offset") else self.batch_offset
-        changed = (size, offset) != (self.batch_size, self.batch_offset)
-        self.pending_batch = PendingBatch(size, offset, directives.batch_from_iteration, directives.cut_at_once) if changed else None
+        self._queue_batch(PendingBatch(size, offset, directives.batch_from_iteration, directives.cut_at_once))
+
+    def _queue_batch(self, directed: PendingBatch) -> None:
+        """Queue a directed batch behind those due before it. A newer directive replaces only the pending ones due at
+        or after its own iteration: one due earlier still places this worker's batch in the rounds up to it. (A
+        straggler cut twice in a row used to lose its first placement when the second directive came before the
+        iteration the others switched at: in that round it took the next samples of its own shard while the others
+        already tiled the round with its first placement, so the round left some samples out and took some of the
+        round before.)"""
+        kept = [p for p in self.pending_batches if p.from_iteration < directed.from_iteration]
+        before = (kept[-1].size, kept[-1].offset) if kept else (self.batch_size, self.batch_offset)
+        self.pending_batches = kept + ([directed] if (directed.size, directed.offset) != before else [])
 
     def _take_due_batch(self) -> None:
-        """Switch to the directed batch size and place once it is due (PendingBatch)."""
-        pending = self.pending_batch
-        if pending is None:
-            return
-        if not pending.due(self.iteration):
-            if pending.shrinks(self.batch_size):  # its place in the global batch moves when due
-                log(logger, logging.INFO, "batch size cut before the new batches start", worker=self.config.worker_id,
-                    old=self.batch_size, new=pending.size, iteration=self.iteration)
-                self.batch_size = pending.size
-            return
-        size, offset = pending.size, pending.offset
-        if size != self.batch_size:
-            log(logger, logging.INFO, "batch size changed", worker=self.config.worker_id, old=self.batch_size, new=size)
-        if offset != self.batch_offset:
-            log(logger, logging.INFO, "batch placed in the global batch", worker=self.config.worker_id,
-                offset=offset, size=size, iteration=self.iteration)
-        self.batch_size, self.batch_offset, self.pending_batch = size, offset, None
+        """Switch to the latest directed batch size and place that is due (PendingBatch); then start the newest
+        directive's cut at once if it is marked so, at the place in force."""
+        due = [p for p in self.pending_batches if p.due(self.iteration)]
+        self.pending_batches = [p for p in self.pending_batches if not p.due(self.iteration)]
+        if due:
+            size, offset = due[-1].size, due[-1].offset
+            if size != self.batch_size:
+                log(logger, logging.INFO, "batch size changed", worker=self.config.worker_id, old=self.batch_size, new=size)
+            if offset != self.batch_offset:
+                log(logger, logging.INFO, "batch placed in the global batch", worker=self.config.worker_id,
+                    offset=offset, size=size, iteration=self.iteration)
+            self.batch_size, self.batch_offset = size, offset
+        newest = self.pending_batches[-1] if self.pending_batches else None
+        if newest is not None and newest.shrinks(self.batch_size):  # its place in the global batch moves when due
+            log(logger, logging.INFO, "batch size cut before the new batches start", worker=self.config.worker_id,
+                old=self.batch_size, new=newest.size, iteration=self.iteration)
+            self.batch_size = newest.size
 
     # ---- PS I/O ----------------------------------------------------------------
     def _retry(self, what: str, call):

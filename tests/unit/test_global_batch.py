@@ -133,7 +133,7 @@ def test_a_worker_takes_bigger_batches_from_the_named_iteration_not_when_the_dir
     assert (worker.batch_size, worker.batch_offset) == (100, base)
     link.latest = pb.Directives(batch_size=100, batch_offset=base, batch_from_iteration=5)
     worker._obey(link)  # already in force: nothing pending
-    assert worker.pending_batch is None
+    assert worker.pending_batches == []
     link.latest = pb.Directives(batch_size=130, batch_offset=10, batch_from_iteration=2)  # arrived late: at once
     worker._obey(link)
     worker._compute()
@@ -159,4 +159,50 @@ def test_a_cut_marked_at_once_starts_as_the_first_samples_of_the_old_batch_and_m
     worker.iteration = 5
     worker._obey(link)
     worker._compute()
-    assert (worker.batch_size, worker.batch_offset) == (20, 0) and worker.pending_batch is None
+    assert (worker.batch_size, worker.batch_offset) == (20, 0) and worker.pending_batches == []
+
+
+def test_a_straggler_cut_twice_in_a_row_keeps_its_first_placement_for_the_round_the_others_tiled_with_it(worker):
+    """Real mid3x, seed 1: the straggler, cut at once to 31 samples in iteration 12 with its place (offset 225) due
+    at 13, got a second cut (22 samples, offset 234 from 14) before computing iteration 13. It used to drop the first
+    placement and take 22 samples of its own shard in iteration 13, which the others had already tiled with its place
+    at 225: that round missed 31 of its samples and took 22 of the round before. It now computes the head of the
+    placement due at 13, and the second one from 14."""
+    from star.rpc import star_pb2 as pb
+
+    base = worker.batch_size
+    worker.iteration = 12
+    link = _Link(pb.Directives(batch_size=31, batch_offset=225, batch_from_iteration=13, cut_at_once=True))
+    worker._obey(link)
+    worker._compute()  # iteration 12: cut at once, still its own shard's batch
+    assert (worker.batch_size, worker.batch_offset) == (31, None)
+    worker.iteration = 13
+    link.latest = pb.Directives(batch_size=22, batch_offset=234, batch_from_iteration=14, cut_at_once=True)
+    worker._obey(link)
+    assert [(p.size, p.offset, p.from_iteration) for p in worker.pending_batches] == [(31, 225, 13), (22, 234, 14)]
+    worker._compute()  # iteration 13: the first placement, cut to the second size
+    assert (worker.batch_size, worker.batch_offset) == (22, 225)
+    head, _ = worker.batches.round_batch(13, 225, 22, base)
+    placed, _ = worker.batches.round_batch(13, 225, 31, base)
+    assert torch.equal(head, placed[:22])
+    worker.iteration = 14
+    worker._obey(link)  # the same directive read again queues nothing new
+    worker._compute()
+    assert (worker.batch_size, worker.batch_offset) == (22, 234) and worker.pending_batches == []
+
+
+def test_a_newer_directive_replaces_the_pending_ones_due_at_or_after_its_iteration(worker):
+    from star.rpc import star_pb2 as pb
+
+    worker.iteration = 3
+    link = _Link(pb.Directives(batch_size=80, batch_offset=0, batch_from_iteration=5))
+    worker._obey(link)
+    link.latest = pb.Directives(batch_size=90, batch_offset=0, batch_from_iteration=5)  # same iteration: replaces
+    worker._obey(link)
+    assert [(p.size, p.from_iteration) for p in worker.pending_batches] == [(90, 5)]
+    link.latest = pb.Directives(batch_size=70, batch_offset=0, batch_from_iteration=4)  # earlier: replaces the later one
+    worker._obey(link)
+    assert [(p.size, p.from_iteration) for p in worker.pending_batches] == [(70, 4)]
+    link.latest = pb.Directives(batch_size=70, batch_offset=0, batch_from_iteration=6)  # what 4 puts in force already
+    worker._obey(link)
+    assert [(p.size, p.from_iteration) for p in worker.pending_batches] == [(70, 4)]

@@ -104,9 +104,9 @@ def test_resolved_tau_judges_only_pairs_whose_real_ranges_do_not_overlap():
 def test_the_tool_writes_a_paired_comparison_and_refuses_a_bad_case_with_exit_2(tmp_path, capsys):
     folder = tmp_path / "real"
     folder.mkdir()
-    (folder / "summary.csv").write_text("run,strategy,trace,runs,reached,tta_s,tta_lo_s,tta_hi_s\n"
-                                        "clean,ssgd,none,1,1/1,6.0,6.0,6.0\nssgd,ssgd,t.csv,1,1/1,12.0,12.0,12.0\n"
-                                        "asgd,asgd,t.csv,1,1/1,8.0,8.0,8.0\n")
+    (folder / "summary.csv").write_text("run,strategy,trace,runs,reached,tta_s,tta_lo_s,tta_hi_s,updates_to_target,s_per_update\n"
+                                        "clean,ssgd,none,1,1/1,6.0,6.0,6.0,20,0.3\nssgd,ssgd,t.csv,1,1/1,12.0,12.0,12.0,20,0.6\n"
+                                        "asgd,asgd,t.csv,1,1/1,8.0,8.0,8.0,80,0.1\n")
     (folder / "runs.csv").write_text("run,strategy,trace,seed,reached,tta_s,updates,updates_to_target\n"
                                      "clean,ssgd,none,0,True,6.0,20,20\nssgd,ssgd,t.csv,0,True,12.0,20,20\n"
                                      "asgd,asgd,t.csv,0,True,8.0,80,80\n")
@@ -118,5 +118,28 @@ def test_the_tool_writes_a_paired_comparison_and_refuses_a_bad_case_with_exit_2(
     assert "| t | 2 |" in text and "| t | ssgd-clean | 6.000 |" in text  # 2 strategies ranked; clean anchored
     clean_sim = float(text.split("| t | ssgd-clean | 6.000 | ")[1].split(" |")[0])
     assert clean_sim == pytest.approx(6.0, rel=0.1)  # paired: the simulated clean run takes the real one's time
+    assert "| t | ssgd-clean | 6.000 | " in text and "| 20 | 20 | 0.300 |" in text  # both factors, real and simulated
     assert sim_vs_real.main(["--case", "t", str(folder / "summary.csv"), str(tmp_path / "missing.csv"), "--out", str(out)]) == 2
     assert "missing.csv" in capsys.readouterr().err
+
+
+def test_agreement_ranks_seconds_per_update_apart_from_tta():
+    """A simulator that predicts the cost of an update right but not the update that reached the target (a draw the
+    real runs make afresh when a strategy changes any round's gradient) is told apart from one that is simply wrong."""
+    def row(strategy, real_tta, sim_tta, real_spu, sim_spu):
+        return {**_row("t", strategy, real_tta, sim_tta), "real_s_per_update": real_spu, "sim_s_per_update": sim_spu,
+                "s_per_update_error": sim_spu / real_spu - 1}
+    compared = [row("ssgd", 17.0, 17.0, 0.42, 0.42), row("batch", 10.3, 11.3, 0.27, 0.28),
+                row("auto-heuristic", 9.4, 11.4, 0.25, 0.27)]  # auto reached in fewer updates than clean in the real run
+    rows = agreement(compared)
+    assert rows[0]["kendall_tau"] == pytest.approx(1 / 3)  # batch and auto swapped
+    assert rows[0]["s_per_update_tau"] == pytest.approx(1.0)
+    assert rows[0]["mean_s_per_update_error"] == pytest.approx((0.0 + 0.01 / 0.27 + 0.02 / 0.25) / 3)
+    assert "| 1.00 | 3.9% |" in agreement_table(rows)
+
+
+def test_tta_factors_are_medians_over_the_seeds_that_reached():
+    results = [{"reached": True, "tta_s": 10.0, "updates": 40}, {"reached": True, "tta_s": 9.0, "updates": 30},
+               {"reached": True, "tta_s": 12.0, "updates": 40}, {"reached": False, "tta_s": None, "updates": 90}]
+    assert sim_vs_real.tta_factors(results) == {"updates_to_target": 40, "s_per_update": pytest.approx(0.3)}
+    assert sim_vs_real.tta_factors(results[3:]) == {"updates_to_target": None, "s_per_update": None}

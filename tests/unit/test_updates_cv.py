@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from benchmarks.updates_cv import main, spread_rows, updates_to_targets
+from benchmarks.updates_cv import main, paired_cut_rows, spread_rows, updates_to_targets
 
 
 def test_updates_to_target_waits_for_the_smoothed_metric():
@@ -43,8 +43,38 @@ def test_a_loss_metric_puts_the_target_on_the_held_out_loss(capsys):
     assert "updates [2] reached 1/1" in out[0] and "updates [None] reached 0/1" in out[1]
 
 
+def test_paired_cut_rows_compare_each_seed_with_itself():
+    rows = paired_cut_rows({0: [40], 1: [36], 2: [44]}, {0: [40], 1: [34], 2: [None]}, [0.95])
+    assert rows[0]["ratios"] == [1.0, round(34 / 36, 4), None]
+    assert rows[0]["unchanged"] == "1/2" and rows[0]["median_ratio"] == pytest.approx((1 + 34 / 36) / 2, abs=1e-4)
+    assert rows[0]["mean_abs_log_ratio"] == pytest.approx(abs(math.log(round(34 / 36, 4))) / 2, abs=1e-4)
+
+
+def test_a_cut_round_changes_that_update_and_nothing_before_it():
+    """The cut is the only difference: the held-out loss is the same bit for bit up to the cut round, then not."""
+    import dataclasses
+
+    from star.tasks.calibrate import simulate
+    from star.tasks.registry import get_task
+
+    task = dataclasses.replace(get_task("digits"), metric_name="loss", higher_is_better=False)
+    plain = simulate(task, 2, 4, 1, seed=0, batch_size=8, target=-1.0)
+    cut = simulate(task, 2, 4, 1, seed=0, batch_size=8, target=-1.0, cut=(2, 3))
+    assert plain.history[:2] == cut.history[:2]  # updates 1 and 2
+    assert plain.history[2][1] != cut.history[2][1]  # update 3 is the cut round's
+
+
+def test_the_cut_option_runs_each_seed_twice_and_reports_the_ratio(capsys):
+    assert main(["--task", "digits", "--workers", "2", "--batch-size", "8", "--max-steps", "4", "--seeds", "1",
+                 "--targets", "0.0", "--smoothing", "1", "--every", "1", "--cut-round", "0", "--cut-keep", "2"]) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["cut_round"] == 0 and last["cut_median_ratio"] == {"0.0": 1.0}  # a target of 0 is reached at once either way
+
+
 @pytest.mark.parametrize("argv, named", [(["--task", "nope"], "nope"), (["--targets", "abc"], "abc"), (["--seeds", "0"], "--seeds"),
-                                         (["--metric", "loss"], "--targets")])
+                                         (["--metric", "loss"], "--targets"), (["--cut-round", "3"], "--cut-keep"),
+                                         (["--cut-round", "3", "--cut-keep", "0"], "--cut-keep"),
+                                         (["--momentum", "1.5"], "momentum")])
 def test_bad_input_is_one_line_naming_the_value_with_exit_2(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
