@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="digits")
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--seeds", type=int, default=8, help="seeds 0..N-1")
+    parser.add_argument("--seeds", type=int, default=8, help="seeds S..S+N-1 (S: --first-seed)")
+    parser.add_argument("--first-seed", type=int, default=0, help="S: lets a long scan go on where another stopped")
     parser.add_argument("--lr", type=float, default=None, help="default: the task's")
     parser.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), default=None, help="default: the task's")
     parser.add_argument("--momentum", type=float, default=None, help="SGD's momentum or Adam's beta1; default: the task's")
@@ -101,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.cut_round is None) != (args.cut_keep is None):
         parser.error("--cut-round and --cut-keep go together")
+    if args.first_seed < 0:
+        parser.error(f"--first-seed must be >= 0, got {args.first_seed}")
     if args.cut_round is not None and (args.cut_round < 0 or args.cut_keep < 1):
         parser.error(f"--cut-round must be >= 0 and --cut-keep >= 1, got {args.cut_round} and {args.cut_keep}")
     for name in ("seeds", "max_steps", "every", "smoothing", "workers", "threads"):
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     never = float("inf") if task.higher_is_better else float("-inf")  # run all max_steps: every target is read afterwards
     per_seed, per_seed_cut = {}, {}
     cuts = [None] if args.cut_round is None else [None, (args.cut_round, args.cut_keep)]
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for cut, into in zip(cuts, (per_seed, per_seed_cut)):
             result = simulate(task, args.workers, args.max_steps, args.every, seed, args.lr, args.batch_size, never,
                               init_seed=0 if args.fixed_init else None, cut=cut)
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"task": task.name, "metric": task.metric_name, "workers": args.workers, "lr": args.lr or task.default_lr,
                       "optimizer": task.default_optimizer, "momentum": task.default_momentum,
                       "batch_size": args.batch_size or task.default_batch_size, "smoothing": args.smoothing,
-                      "every": args.every, "fixed_init": args.fixed_init, "seeds": args.seeds,
+                      "every": args.every, "fixed_init": args.fixed_init, "seeds": args.seeds, "first_seed": args.first_seed,
                       "cv": {str(r["target"]): r["cv"] for r in rows},
                       **({"cut_round": args.cut_round, "cut_keep": args.cut_keep,
                           "cut_median_ratio": {str(r["target"]): r["median_ratio"] for r in cut_rows},

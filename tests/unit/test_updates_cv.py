@@ -74,7 +74,7 @@ def test_the_cut_option_runs_each_seed_twice_and_reports_the_ratio(capsys):
 @pytest.mark.parametrize("argv, named", [(["--task", "nope"], "nope"), (["--targets", "abc"], "abc"), (["--seeds", "0"], "--seeds"),
                                          (["--metric", "loss"], "--targets"), (["--cut-round", "3"], "--cut-keep"),
                                          (["--cut-round", "3", "--cut-keep", "0"], "--cut-keep"),
-                                         (["--momentum", "1.5"], "momentum")])
+                                         (["--momentum", "1.5"], "momentum"), (["--first-seed", "-1"], "--first-seed")])
 def test_bad_input_is_one_line_naming_the_value_with_exit_2(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
