@@ -260,17 +260,16 @@ class Coordinator:
                          staleness_penalty_from="config" if self.config.control.selection.staleness_penalty is not None
                          else "task calibration" if control.selection.staleness_penalty is not None else "default")
         service = self.service
-        loop.period = restore_control(self, loop.controller)
+        loop.period, stats = restore_control(self, loop.controller), None
         while (woken_by := service.clock.wait(self.stop)) is not None:
             if service.state in ("done", "finished"):
                 loop.finish()
                 return
-            save_state(self, loop.period, loop.controller)
             with service.lock:
                 newcomers, service.pending_admissions = service.pending_admissions, set()
                 plan = service.plan
             self._perform(loop.admit(plan, newcomers))
-            stats = self._watch_ps()
+            stats = stats if woken_by and stats is not None else self._watch_ps()  # a woken decision answers a waiting worker
             now = time.monotonic() - service.started
             with service.lock:
                 reports = Reports(service.plan, service.cluster.summaries(now, service.amp_state()), service.cluster.total_iterations())
@@ -287,6 +286,7 @@ class Coordinator:
                 service.clock.arm(loop.slowdown_watch(), service.cluster.report_counts(), unsized, min_reports or 0,
                                   loop.confirming())
             service.clock.decided()
+            save_state(self, loop.period, loop.controller)  # after the answer: a file write never holds up a woken decision
 
     def _perform(self, actions: Actions, woken_by: tuple[int, ...] = ()) -> None:
         """Carry out what the control loop decided: a shard move, events, directives, a plan switch. Cuts for the

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 STOP_POLL_S = 0.1  # how often a waiting control thread looks at the stop flag
-EARLY_REPLY_WAIT_S = 0.04  # the longest a report that woke a decision waits for it (a worker waits 0.05 s for replies)
+EARLY_REPLY_WAIT_S = 0.12  # the longest a report that woke a decision waits for it (a worker waits 0.15 s for replies)
 
 
 class DecisionClock:

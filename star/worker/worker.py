@@ -40,7 +40,7 @@ class WorkerExit(Exception):
     """The worker cannot go on (e.g. its PS stayed unreachable); exits non-zero."""
 
 
-REPLY_WAIT_S = 0.05  # how long a worker waits, before computing, for the reply to its last report
+REPLY_WAIT_S = 0.15  # how long a worker waits, before computing, for the reply to its last report
 
 
 @dataclass(frozen=True)

@@ -156,3 +156,26 @@ def test_the_report_that_leaves_no_worker_unsized_wakes_the_clock(tmp_path, last
         threading.Timer(0.2, stop.set).start()  # a missed wake would return () only after 10 minutes
     assert service.clock.wait(stop) == (woken or None)
     assert service.clock.unsized == (frozenset() if woken else frozenset({2}))  # a wake disarms it
+
+
+def test_a_woken_decision_neither_asks_the_ps_for_stats_nor_writes_the_state_file_before_its_answer(tmp_path, monkeypatch):
+    """The waking report's reply is held for the woken decision (EARLY_REPLY_WAIT_S): a PS stats call made during
+    the PSs' update, or a file write, on that path made a straggler's cut miss its next iteration."""
+    import star.coordinator as coordinator_module
+
+    coordinator = coordinator_module.Coordinator(CoordinatorConfig(workers=2, out=str(tmp_path), ps_addresses=("127.0.0.1:1",),
+                                                                   control=ControlConfig(decision_period_s=600.0)))
+    clock, stats_calls, saved_after = coordinator.service.clock, [], []
+    monkeypatch.setattr(coordinator, "_watch_ps", lambda: stats_calls.append(1) or [])
+    monkeypatch.setattr(coordinator_module, "save_state", lambda *args: saved_after.append(clock._finished))
+    thread = threading.Thread(target=coordinator.run_control)
+    thread.start()
+    try:
+        assert clock.wait_decided(clock.wake(0), timeout_s=10)  # the first decision has no PS stats yet: it asks
+        assert clock.wait_decided(clock.wake(1), timeout_s=10)
+        assert len(stats_calls) == 1  # the second reused the first's
+    finally:
+        coordinator.stop.set()
+        thread.join(timeout=5)
+        coordinator.ps.close()
+    assert saved_after[:2] == [1, 2]  # each written once its decision was carried out
