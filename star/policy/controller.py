@@ -260,6 +260,7 @@ class Controller:
                 batch = self._batch_sizes({w: s for w, s in active.items() if w not in held}, per_sample,
                                           {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events, steady,
                                           correcting, frozenset(amp))
+                self._sized_on_estimate &= set(batch)  # a size kept, not set at the estimate, has nothing to correct
 
         plan = self._plan(period, current, active, detection.stragglers, b_noise, events, self.amp.verifying())
         if plan is not None:  # a new mode keeps how gradients travel: pacing and trees are the traffic guard's
@@ -301,8 +302,7 @@ class Controller:
         return plan
 
     def _membership_plan(self, current: SyncPlan, newly_lost: set[int], rejoined: set[int]) -> SyncPlan | None:
-        """The plan after workers left or came back: lost ones leave the current plan; a
-        rejoining worker brings back the first plan (minus whoever is still lost)."""
+        """The plan after workers left or came back: lost ones leave the current plan; a rejoining one brings back the first."""
         gone = frozenset(self.lost)
         if rejoined and self.base_plan is not None:
             return without_workers(self.base_plan, gone)

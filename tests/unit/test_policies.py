@@ -512,6 +512,22 @@ def test_when_a_recovered_amp_worker_turns_amp_off_its_batch_is_sized_for_its_sp
     assert not controller.decide(2, plan, measured).batch_sizes  # corrected once; then the minimum gain again
 
 
+def test_a_recovered_amp_worker_whose_batch_was_not_resized_at_its_estimate_is_not_corrected_later():
+    """A real gpt-10m run: sizes were already back to even when AMP went off; the estimate (1.21x) was worth no
+    resize, yet the next measurement 'corrected' the even sizes for a 2.6% gain, and sizes went back to even 3 s later."""
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    from star.policy.amp import _WorkerAmp
+
+    controller.amp.workers[3] = _WorkerAmp(AmpState.ON, baseline_s=1.1e-3, speedup=1.1)
+    controller.judged |= set(range(4))
+    recovered = {w: WorkerSummary(1e-3, 0.002, 32, 8 if w == 3 else 0, 8) for w in range(4)}
+    off = controller.decide(0, plan, recovered)
+    assert off.amp == {3: False} and not off.batch_sizes  # estimated 1.1 ms/sample: under the minimum gain, no resize
+    measured = {w: WorkerSummary(1e-3 if w < 3 else 1.08e-3, 0.002, 32, 0, 8) for w in range(4)}
+    assert not controller.decide(1, plan, measured).batch_sizes  # a 6% gain: the minimum applies, nothing to correct
+
+
 def test_a_correction_due_when_batch_sizing_backs_off_waits_for_sizing_to_resume():
     """The guard's even batches replace every size at that decision; the worker sized at an estimated speed
     is still corrected (any gain) at the first decision batch sizing makes again."""
