@@ -13,7 +13,7 @@ reports bring at most one decision forward before the loop re-arms it.
 
 The report that woke a decision is answered only once that decision is made (`wait_decided`, a few tens of
 ms at most): the reply carries its directives to the worker that needs them first, the straggler, which
-reads it before its next iteration and can shrink that iteration's batch at once (star.worker.worker,
+reads it before its next iteration and can shrink that iteration's batch at once (star.policy.batch_queue,
 PendingBatch) where otherwise it would run one more iteration at its old size.
 """
 

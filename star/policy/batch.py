@@ -286,7 +286,7 @@ def first_iteration_of_new_batches(max_reported_iteration: int) -> int:
     iteration, waits briefly for the reply to the report it just queued (star.worker.reporting), which
     carries every decision made before that report arrived: so one iteration past the furthest report,
     every worker has read the directive. A reply later than the wait makes that worker apply it one
-    iteration late (at once, star.worker.worker.PendingBatch). Before it, the old batches still tile the round."""
+    iteration late (at once, star.policy.batch_queue.PendingBatch). Before it, the old batches still tile the round."""
     return max_reported_iteration + BATCH_LEAD_ITERATIONS
 
 

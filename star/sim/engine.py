@@ -41,6 +41,7 @@ from star.sim.config import SimConfig
 from star.sim.convergence import ConvergenceModel
 from star.sim.cost import CostModel
 from star.sim.noise_draws import NoiseDraws
+from star.sim.pending_batches import PendingBatches
 from star.sim.ps_hosts import PsHosts, coordinator_view, paced
 from star.sim.replay import FactorTable
 from star.sim.update_log import ApplyHistory, UpdateLog
@@ -90,8 +91,8 @@ class Simulation:
         self.cur_batch = np.zeros(n, dtype=np.int64)
         self.amp = np.zeros(n, dtype=bool)  # directives in force
         self.batch = np.full(n, c.cost.base_batch, dtype=np.int64)
-        self.next_batch = self.batch.copy()  # directed sizes, in force from iteration batch_from on (as workers do)
-        self.batch_from = np.zeros(n, dtype=np.int64)
+        self.pending = PendingBatches()  # directed sizes not in force yet, queued as the workers queue them
+        self.batch_from = np.zeros(n, dtype=np.int64)  # the iteration each worker's newest directive starts at
         self.clock = np.zeros(n, dtype=np.int64)  # SSP: pushes under the plan in force
         self.pulled = np.zeros(n)  # when the PS took the pull of the computation in progress (its plan: the one then)
         self.pull_at = np.full(n, np.inf)  # SSP: when a worker whose push was applied pulls again (inf: not pulling)
@@ -150,8 +151,7 @@ class Simulation:
         released by a round's close is taken at the close, and answered once the update is applied.
         `restart`: the iterations they started at t0 restart there at a cut batch (CostModel.restart)."""
         self.pulled[workers] = t0 if pulled is None else pulled
-        due = workers[self.iters[workers] >= self.batch_from[workers]]
-        self.batch[due] = self.next_batch[due]
+        self.pending.take_due(workers, self.iters[workers], self.batch)
         amp, batch = self.amp[workers], self.batch[workers]
         iterations = self.iters[workers]
         compute = (self.cost.restart(workers, iterations, amp, batch) if restart
@@ -376,9 +376,11 @@ class Simulation:
             self.amp[worker] = on
         if actions.directives.batch_sizes:
             furthest = int(self.iters.max())
+            at_once = set(woken_by) if self.control.batching.cut_at_once else set()
             for worker, size in actions.directives.batch_sizes.items():
                 start = directed_from_iteration(int(self.batch_from[worker]), int(self.iters[worker]), furthest)
-                self.next_batch[worker], self.batch_from[worker] = size, start
+                self.batch_from[worker] = start
+                self.pending.direct(worker, size, start, worker in at_once, int(self.batch[worker]))
             if self.control.batching.cut_at_once:
                 self._cut_at_once([w for w in woken_by if w in actions.directives.batch_sizes], now)
         if actions.switch is not None:
@@ -400,8 +402,9 @@ class Simulation:
         """A woken decision's cuts for the workers whose reports woke it (Directives.cut_at_once): the iteration each
         started right after that report (and is still computing) restarts at its cut size, as a real worker computes
         it once the reply came; its later iterations keep the cut until the new batches are due. Other cuts wait."""
-        cut = np.array([w for w in workers if self.next_batch[w] < self.batch[w]], dtype=np.int64)
-        self.batch[cut] = self.next_batch[cut]
+        sizes = {w: self.pending.cut_now(w, int(self.batch[w])) for w in workers}
+        cut = np.array([w for w, size in sizes.items() if size is not None], dtype=np.int64)
+        self.batch[cut] = [sizes[w] for w in cut.tolist()]
         computing = cut[self.arrive[cut] > now]
         if len(computing):
             self._start_iteration(computing, self.start[computing], self.pulled[computing], restart=True)

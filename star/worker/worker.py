@@ -11,7 +11,6 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass
 
 import grpc
 import torch
@@ -19,6 +18,7 @@ import torch
 from star.devices import local_device
 from star.flat import FlatModel
 from star.logs import log
+from star.policy.batch_queue import PendingBatch, batch_for_iteration, queue_batch
 from star.rpc.ps_client import RETRYABLE, PSClient, with_retries
 from star.rpc.security import Credentials
 from star.tasks import get_task
@@ -41,27 +41,6 @@ class WorkerExit(Exception):
 
 
 REPLY_WAIT_S = 0.15  # how long a worker waits, before computing, for the reply to its last report
-
-
-@dataclass(frozen=True)
-class PendingBatch:
-    """A batch the coordinator directed, not yet in force: every worker switches at the same
-    iteration, so that the new batches tile one round's global batch together."""
-
-    size: int
-    offset: int | None  # position in each round's global batch (None: the next batch of its own shard)
-    from_iteration: int  # the first iteration computed with it; a directive that arrives later applies at once
-    at_once: bool = False  # a cut that starts at once (Directives.cut_at_once)
-
-    def due(self, iteration: int) -> bool:
-        return iteration >= self.from_iteration
-
-    def shrinks(self, size: int) -> bool:
-        """A cut from `size` marked to start at once: before it is due, as the first samples of the batch it replaces.
-        That round then has fewer samples (none twice), and a straggler whose batch was cut does not run one more
-        iteration at its old size while the others wait (the reply to its report carried the cut; star.decision_clock).
-        Other cuts wait for the common iteration: each would cost a round some samples."""
-        return self.at_once and self.size < size
 
 
 class Worker:
@@ -235,37 +214,22 @@ class Worker:
             log(logger, logging.INFO, "amp switched", worker=self.config.worker_id, amp=directives.amp)
         size = directives.batch_size or self.batch_size
         offset = directives.batch_offset if directives.HasField("batch_offset") else self.batch_offset
-        self._queue_batch(PendingBatch(size, offset, directives.batch_from_iteration, directives.cut_at_once))
-
-    def _queue_batch(self, directed: PendingBatch) -> None:
-        """Queue a directed batch behind those due before it. A newer directive replaces only the pending ones due at
-        or after its own iteration: one due earlier still places this worker's batch in the rounds up to it. (A
-        straggler cut twice in a row used to lose its first placement when the second directive came before the
-        iteration the others switched at: in that round it took the next samples of its own shard while the others
-        already tiled the round with its first placement, so the round left some samples out and took some of the
-        round before.)"""
-        kept = [p for p in self.pending_batches if p.from_iteration < directed.from_iteration]
-        before = (kept[-1].size, kept[-1].offset) if kept else (self.batch_size, self.batch_offset)
-        self.pending_batches = kept + ([directed] if (directed.size, directed.offset) != before else [])
+        directed = PendingBatch(size, offset, directives.batch_from_iteration, directives.cut_at_once)
+        self.pending_batches = queue_batch(self.pending_batches, directed, (self.batch_size, self.batch_offset))
 
     def _take_due_batch(self) -> None:
-        """Switch to the latest directed batch size and place that is due (PendingBatch); then start the newest
-        directive's cut at once if it is marked so, at the place in force."""
-        due = [p for p in self.pending_batches if p.due(self.iteration)]
-        self.pending_batches = [p for p in self.pending_batches if not p.due(self.iteration)]
-        if due:
-            size, offset = due[-1].size, due[-1].offset
-            if size != self.batch_size:
-                log(logger, logging.INFO, "batch size changed", worker=self.config.worker_id, old=self.batch_size, new=size)
-            if offset != self.batch_offset:
-                log(logger, logging.INFO, "batch placed in the global batch", worker=self.config.worker_id,
-                    offset=offset, size=size, iteration=self.iteration)
-            self.batch_size, self.batch_offset = size, offset
-        newest = self.pending_batches[-1] if self.pending_batches else None
-        if newest is not None and newest.shrinks(self.batch_size):  # its place in the global batch moves when due
-            log(logger, logging.INFO, "batch size cut before the new batches start", worker=self.config.worker_id,
-                old=self.batch_size, new=newest.size, iteration=self.iteration)
-            self.batch_size = newest.size
+        """The batch this iteration runs with (star.policy.batch_queue.batch_for_iteration), logged when it changes."""
+        taken = batch_for_iteration(self.pending_batches, self.iteration, (self.batch_size, self.batch_offset))
+        self.pending_batches, worker = taken.pending, self.config.worker_id
+        if taken.cut:
+            log(logger, logging.INFO, "batch size cut before the new batches start", worker=worker,
+                old=self.batch_size, new=taken.size, iteration=self.iteration)
+        elif taken.size != self.batch_size:
+            log(logger, logging.INFO, "batch size changed", worker=worker, old=self.batch_size, new=taken.size)
+        if taken.offset != self.batch_offset:
+            log(logger, logging.INFO, "batch placed in the global batch", worker=worker, offset=taken.offset,
+                size=taken.size, iteration=self.iteration)
+        self.batch_size, self.batch_offset = taken.size, taken.offset
 
     # ---- PS I/O ----------------------------------------------------------------
     def _retry(self, what: str, call):

@@ -218,7 +218,7 @@ def test_the_simulator_resizes_a_sharp_slowdown_at_the_report_not_at_the_period_
 @pytest.mark.parametrize("cut_at_once", [True, False])
 def test_the_straggler_computes_the_iteration_after_its_slow_report_at_its_cut_size(monkeypatch, cut_at_once):
     """As a real worker does once the reply to the report that woke the decision carried the cut
-    (star.decision_clock, star.worker.worker.PendingBatch.shrinks). With control.batching.cut_at_once off (the
+    (star.decision_clock, star.policy.batch_queue.PendingBatch.shrinks). With control.batching.cut_at_once off (the
     control) it keeps its old size until the common iteration."""
     starts: list[tuple[int, int, int]] = []  # (worker, iteration, batch) of every start, restarts included
     original = Simulation._start_iteration

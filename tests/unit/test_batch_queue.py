@@ -1,0 +1,62 @@
+"""The pending-batch rule one worker daemon and the simulator share (star.policy.batch_queue, star.sim.pending_batches)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from star.policy.batch_queue import PendingBatch, batch_for_iteration, queue_batch
+from star.sim.pending_batches import PendingBatches
+
+
+def test_a_directive_due_later_queues_behind_one_due_earlier():
+    first = PendingBatch(31, 225, 13, at_once=True)
+    queue = queue_batch([first], PendingBatch(22, 234, 14, at_once=True), (64, None))
+    assert queue == [first, PendingBatch(22, 234, 14, at_once=True)]
+
+
+@pytest.mark.parametrize("from_iteration", [12, 13])
+def test_a_directive_due_at_or_before_a_pending_one_replaces_it(from_iteration):
+    queue = queue_batch([PendingBatch(31, 225, 13)], PendingBatch(40, 0, from_iteration), (64, None))
+    assert queue == [PendingBatch(40, 0, from_iteration)]
+
+
+def test_a_directive_that_changes_nothing_is_dropped():
+    assert queue_batch([], PendingBatch(64, None, 9), (64, None)) == []
+    kept = [PendingBatch(70, 0, 4)]
+    assert queue_batch(kept, PendingBatch(70, 0, 6), (64, None)) == kept
+
+
+def test_each_iteration_runs_the_latest_due_batch_and_a_newer_cut_at_once_ahead_of_its_iteration():
+    queue = [PendingBatch(31, 225, 13, at_once=True), PendingBatch(22, 234, 14, at_once=True)]
+    at_12 = batch_for_iteration(queue, 12, (64, None))
+    assert (at_12.size, at_12.offset, at_12.cut, at_12.pending) == (22, None, True, queue)
+    at_13 = batch_for_iteration(queue, 13, (22, None))
+    assert (at_13.size, at_13.offset, at_13.cut, at_13.pending) == (22, 225, True, queue[1:])
+    at_14 = batch_for_iteration(at_13.pending, 14, (22, 225))
+    assert (at_14.size, at_14.offset, at_14.cut, at_14.pending) == (22, 234, False, [])
+
+
+def test_a_cut_not_marked_at_once_waits_for_its_iteration():
+    taken = batch_for_iteration([PendingBatch(20, 0, 7)], 6, (64, None))
+    assert (taken.size, taken.cut) == (64, False)
+
+
+def test_the_simulator_keeps_a_straggler_s_first_cut_for_the_rounds_before_its_second():
+    """Worker 1 of 3 is cut to 31 from iteration 13, then to 22 from 14 before reaching 13: it runs 31 at 13 (the
+    simulator used to keep only the newest directive and ran 64 at 13), then 22; worker 0 has nothing pending."""
+    pending, batch = PendingBatches(), np.full(3, 64, dtype=np.int64)
+    pending.direct(1, 31, 13, at_once=False, in_force=64)
+    pending.direct(1, 22, 14, at_once=False, in_force=64)
+    workers = np.array([0, 1])
+    for iteration, expected in ((12, 64), (13, 31), (14, 22)):
+        pending.take_due(workers, np.full(2, iteration), batch)
+        assert batch[1] == expected and batch[0] == 64
+    assert pending.queues == {}
+
+
+def test_the_simulator_cuts_a_woken_worker_at_once_only_for_a_smaller_batch():
+    pending = PendingBatches()
+    pending.direct(2, 30, 9, at_once=True, in_force=64)
+    pending.direct(3, 80, 9, at_once=True, in_force=64)
+    assert pending.cut_now(2, 64) == 30 and pending.cut_now(3, 64) is None and pending.cut_now(0, 64) is None
