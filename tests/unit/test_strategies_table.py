@@ -45,6 +45,9 @@ def test_summary_csv_has_the_interface_columns_and_paired_ratios(tmp_path, monke
     assert float(auto["mitigation_paired_lo"]) == pytest.approx(float(auto["mitigation_paired_hi"]), abs=1e-3)
     assert rows["clean"]["mitigation_paired"] == "" and rows["auto-clean"]["mitigation_paired"] == ""
     assert rows["auto-clean"]["detections"] == "0"
+    no_trace = rows["auto-clean"]  # paired against clean SSGD seed by seed, with an interval like the other ratios
+    assert float(no_trace["vs_clean"]) == float(no_trace["vs_clean_lo"]) == float(no_trace["vs_clean_hi"]) == 1.0
+    assert float(auto["vs_clean"]) == pytest.approx(0.31 / 0.3, abs=1e-3)
 
 
 def test_paired_mitigation_is_taken_seed_by_seed_not_from_medians_of_different_seeds():
