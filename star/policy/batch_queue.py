@@ -49,6 +49,7 @@ class IterationBatch:
     size: int
     offset: int | None
     pending: list[PendingBatch]
+    placed_size: int  # the size in force at `offset` before a cut: what that placement was directed with
     cut: bool  # `size` is the newest directive's cut at once, ahead of its iteration (PendingBatch.shrinks)
 
 
@@ -59,5 +60,5 @@ def batch_for_iteration(pending: list[PendingBatch], iteration: int, in_force: t
     remaining = [p for p in pending if not p.due(iteration)]
     size, offset = (due[-1].size, due[-1].offset) if due else in_force
     if remaining and remaining[-1].shrinks(size):
-        return IterationBatch(remaining[-1].size, offset, remaining, cut=True)
-    return IterationBatch(size, offset, remaining, cut=False)
+        return IterationBatch(remaining[-1].size, offset, remaining, size, cut=True)
+    return IterationBatch(size, offset, remaining, size, cut=False)

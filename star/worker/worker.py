@@ -221,14 +221,14 @@ class Worker:
         """The batch this iteration runs with (star.policy.batch_queue.batch_for_iteration), logged when it changes."""
         taken = batch_for_iteration(self.pending_batches, self.iteration, (self.batch_size, self.batch_offset))
         self.pending_batches, worker = taken.pending, self.config.worker_id
-        if taken.cut:
-            log(logger, logging.INFO, "batch size cut before the new batches start", worker=worker,
-                old=self.batch_size, new=taken.size, iteration=self.iteration)
-        elif taken.size != self.batch_size:
-            log(logger, logging.INFO, "batch size changed", worker=worker, old=self.batch_size, new=taken.size)
+        if taken.placed_size != self.batch_size:
+            log(logger, logging.INFO, "batch size changed", worker=worker, old=self.batch_size, new=taken.placed_size)
         if taken.offset != self.batch_offset:
             log(logger, logging.INFO, "batch placed in the global batch", worker=worker, offset=taken.offset,
-                size=taken.size, iteration=self.iteration)
+                size=taken.placed_size, iteration=self.iteration)
+        if taken.cut:
+            log(logger, logging.INFO, "batch size cut before the new batches start", worker=worker,
+                old=taken.placed_size, new=taken.size, iteration=self.iteration)
         self.batch_size, self.batch_offset = taken.size, taken.offset
 
     # ---- PS I/O ----------------------------------------------------------------

@@ -33,6 +33,7 @@ def test_each_iteration_runs_the_latest_due_batch_and_a_newer_cut_at_once_ahead_
     assert (at_12.size, at_12.offset, at_12.cut, at_12.pending) == (22, None, True, queue)
     at_13 = batch_for_iteration(queue, 13, (22, None))
     assert (at_13.size, at_13.offset, at_13.cut, at_13.pending) == (22, 225, True, queue[1:])
+    assert at_13.placed_size == 31  # the placement due at 13 was directed with 31 samples; the cut runs its head
     at_14 = batch_for_iteration(at_13.pending, 14, (22, 225))
     assert (at_14.size, at_14.offset, at_14.cut, at_14.pending) == (22, 234, False, [])
 
