@@ -229,6 +229,7 @@ class Controller:
         per_sample = {w: s.sizing_per_sample_s for w, s in active.items()} if c.batch else {}  # per sample from now on
         steady = {w: s.per_sample_s for w, s in active.items()} if c.batch else {}  # the same over more reports
         amp: dict[int, bool] = {}
+        estimated_now: set[int] = set()  # AMP off as recovered in this decision: sized (below) at an estimated speed
         if c.amp:
             on_before = {w: self.amp.enabled(w) for w in self.amp.workers}  # the others were never on
             if c.batch:
@@ -246,7 +247,7 @@ class Controller:
                     for speeds in (per_sample, steady):  # off again: back to its speed without AMP
                         speeds[d.worker] *= speedups.get(d.worker, d.speedup)
                     if d.recovered:  # estimated with a speed-up measured while slow, which need not hold now (the probe)
-                        self._sized_on_estimate.add(d.worker)
+                        estimated_now.add(d.worker)
 
         # A straggler AMP was just switched on for is resized now at its speed without AMP (auto must not lag batch
         # sizing alone by the verification's reports); its size is then held until verified.
@@ -260,7 +261,9 @@ class Controller:
                 batch = self._batch_sizes({w: s for w, s in active.items() if w not in held}, per_sample,
                                           {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events, steady,
                                           correcting, frozenset(amp))
-                self._sized_on_estimate &= set(batch)  # a size kept, not set at the estimate, has nothing to correct
+                # Only a size this decision set at the estimate needs correcting; one set earlier and not yet measured
+                # (its worker held while re-measuring) stays due: dropping it left a 2x-slow worker at 76 of 256 samples
+                self._sized_on_estimate |= estimated_now & set(batch)
 
         plan = self._plan(period, current, active, detection.stragglers, b_noise, events, self.amp.verifying())
         if plan is not None:  # a new mode keeps how gradients travel: pacing and trees are the traffic guard's

@@ -528,6 +528,29 @@ def test_a_recovered_amp_worker_whose_batch_was_not_resized_at_its_estimate_is_n
     assert not controller.decide(1, plan, measured).batch_sizes  # a 6% gain: the minimum applies, nothing to correct
 
 
+def test_a_size_set_at_an_estimate_is_still_corrected_after_decisions_that_waited_for_the_worker_to_re_measure():
+    """A real run on a held-out contention trace: AMP went off on a worker that was still 2x slow, which was sized at
+    its estimated plain speed (76 of 256 samples); while it re-measured without AMP (held), the decisions in between
+    resized nothing, and each of them cleared the pending correction, so the 76 stayed for the rest of the run."""
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    from star.policy.amp import _WorkerAmp
+
+    controller.amp.workers[3] = _WorkerAmp(AmpState.ON, baseline_s=2e-3, speedup=2.0)
+    controller.judged |= set(range(4))
+    recovered = {w: WorkerSummary(1e-3, 0.002, 32, 8 if w == 3 else 0, 8) for w in range(4)}
+    off = controller.decide(0, plan, recovered)
+    assert off.amp == {3: False} and off.batch_sizes[3] < 32  # sized for an estimated 2 ms/sample
+    sizes = off.batch_sizes
+    re_measuring = {w: WorkerSummary(1e-3, 0.002, sizes[w], 0, 8 if w < 3 else 1) for w in range(4)}
+    for period in (1, 2):  # worker 3 has too few reports without AMP: held, nothing resized meanwhile
+        assert not controller.decide(period, plan, re_measuring).batch_sizes
+    measured = {w: WorkerSummary(1e-3 if w < 3 else 1.2e-3, 0.002, sizes[w], 0, 8) for w in range(4)}
+    corrected = controller.decide(3, plan, measured)
+    assert corrected.batch_sizes and corrected.batch_sizes[3] > sizes[3]
+    assert "estimated speed" in next(e["reason"] for e in corrected.events if e["kind"] == "batch_sizes")
+
+
 def test_a_correction_due_when_batch_sizing_backs_off_waits_for_sizing_to_resume():
     """The guard's even batches replace every size at that decision; the worker sized at an estimated speed
     is still corrected (any gain) at the first decision batch sizing makes again."""
