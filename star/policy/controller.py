@@ -242,7 +242,6 @@ class Controller:
                 amp[d.worker] = d.amp
                 self.speeds.forget(d.worker)  # a known change of speed: the next measurement is taken as is
                 events.append({"kind": "amp", "worker": d.worker, "amp": d.amp, "reason": d.reason})
-                # Switched on: sized now at its speed without AMP (below), then held until verified.
                 if c.batch and not d.amp:
                     for speeds in (per_sample, steady):  # off again: back to its speed without AMP
                         speeds[d.worker] *= speedups.get(d.worker, d.speedup)
@@ -261,9 +260,7 @@ class Controller:
                 batch = self._batch_sizes({w: s for w, s in active.items() if w not in held}, per_sample,
                                           {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events, steady,
                                           correcting, frozenset(amp))
-                # Only a size this decision set at the estimate needs correcting; one set earlier and not yet measured
-                # (its worker held while re-measuring) stays due: dropping it left a 2x-slow worker at 76 of 256 samples
-                self._sized_on_estimate |= estimated_now & set(batch)
+                self._sized_on_estimate |= estimated_now & set(batch)  # one set earlier stays due while its worker is held
 
         plan = self._plan(period, current, active, detection.stragglers, b_noise, events, self.amp.verifying())
         if plan is not None:  # a new mode keeps how gradients travel: pacing and trees are the traffic guard's
@@ -345,8 +342,8 @@ class Controller:
                      correcting: frozenset[int] = frozenset(), amp_switched: frozenset[int] = frozenset()) -> dict[int, int]:
         """Split the global batch left after the `held` workers' sizes over the `active` ones by speed: their
         smoothed reference speeds (star.policy.speeds), and only for a gain that repays the change.
-        `steady_s`: the speeds over more reports, which a worker's first reference starts from. `correcting`:
-        workers sized at an estimated speed, now measured: any gain corrects them (else a wrong size could stay).
+        `steady_s`: the speeds over more reports, which a worker's first reference starts from. `correcting`: workers
+        sized at an estimated speed, now measured: any resolved gain corrects them (no minimum; on noise, they churned).
         `amp_switched`: workers whose AMP this decision switched (a known factor): the sizes in force not waited for."""
         c = self.config.batching
         workers = sorted(active)
@@ -384,7 +381,7 @@ class Controller:
         z = noise_z_for(len(workers), c.noise_z)  # among many workers, the slowest fluke is far out
         resolved = resolvable_speeds(per_sample, {w: 0.0 if w in leaps else active[w].sizing_rel_error for w in workers}, z)
         resolved_gain = predicted_gain(current, proposed, resolved, fixed)
-        if proposed == current or gain < required or (resolved_gain < required and not correcting):
+        if proposed == current or gain < required or resolved_gain < required or (correcting and resolved_gain <= 0):
             return {} if held else self._back_to_even(current, per_sample, fixed, events)
         self.batch_sizes.update(proposed)
         not_waited = ([f"worker(s) {jumped} slowed by more than {c.speed_jump:.0%} at theirs"] if jumped else []) \

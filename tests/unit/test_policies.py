@@ -551,6 +551,25 @@ def test_a_size_set_at_an_estimate_is_still_corrected_after_decisions_that_waite
     assert "estimated speed" in next(e["reason"] for e in corrected.events if e["kind"] == "batch_sizes")
 
 
+def test_a_correction_due_is_not_made_on_speed_differences_the_measurements_do_not_resolve():
+    """Corrections need no minimum gain, but a resolved one: kept due across held decisions, corrections made on
+    noise churned sizes at 100 simulated workers (heavy_tail: auto 1.026 -> 1.057x the best fixed strategy)."""
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    from star.policy.amp import _WorkerAmp
+
+    controller.amp.workers[3] = _WorkerAmp(AmpState.ON, baseline_s=2e-3, speedup=2.0)
+    controller.judged |= set(range(4))
+    recovered = {w: WorkerSummary(1e-3, 0.002, 32, 8 if w == 3 else 0, 8) for w in range(4)}
+    sizes = controller.decide(0, plan, recovered).batch_sizes
+    assert sizes[3] < 32  # sized for an estimated 2 ms/sample
+    # measured slower still (2.3 ms/sample), but every time with a 40% standard error: a size further from even is
+    # not resolved as better (going back towards even would be: unresolved speeds are alike)
+    noisy = {w: WorkerSummary(1e-3 if w < 3 else 2.3e-3, 0.002, sizes[w], 0, 8, sizing_rel_error=0.4) for w in range(4)}
+    assert not controller.decide(1, plan, noisy).batch_sizes
+    assert 3 not in controller._sized_on_estimate  # measured: no longer due, whatever the outcome
+
+
 def test_a_correction_due_when_batch_sizing_backs_off_waits_for_sizing_to_resume():
     """The guard's even batches replace every size at that decision; the worker sized at an estimated speed
     is still corrected (any gain) at the first decision batch sizing makes again."""
