@@ -489,18 +489,24 @@ def test_a_straggler_is_not_judged_on_its_times_while_its_amp_is_being_verified(
     assert controller.amp.enabled(3)
 
 
+def _on_amp_and_recovered(baseline_s: float, speedup: float):
+    """An auto controller whose worker 3 is on verified AMP (measured `speedup`), and reports in which worker 3,
+    at 1 ms/sample with AMP like the others, is no longer slow: the next decision switches AMP off as recovered."""
+    from star.policy.amp import _WorkerAmp
+
+    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
+    controller.amp.workers[3] = _WorkerAmp(AmpState.ON, baseline_s=baseline_s, speedup=speedup)
+    controller.judged |= set(range(4))
+    recovered = {w: WorkerSummary(1e-3, 0.002, 32, 8 if w == 3 else 0, 8) for w in range(4)}
+    return controller, ssgd(range(4), epoch=1), recovered
+
+
 def test_when_a_recovered_amp_worker_turns_amp_off_its_batch_is_sized_for_its_speed_without_amp_then_corrected():
     """Sized at once for its time with AMP times the speed-up AMP measured (2 ms/sample, not the 1 ms it showed
     with AMP); that speed-up was measured while it was slow and need not hold now (the probe in
     star.policy.amp), so its next measurement corrects the size even for a gain under the minimum."""
-    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
-    plan = ssgd(range(4), epoch=1)
-    from star.policy.amp import _WorkerAmp
-
-    controller.amp.workers[3] = _WorkerAmp(AmpState.ON, baseline_s=2e-3, speedup=2.0)  # verified: AMP made it 2x faster
-    controller.judged |= set(range(4))
+    controller, plan, recovered = _on_amp_and_recovered(baseline_s=2e-3, speedup=2.0)  # verified: AMP made it 2x faster
     # It is not in the slow set, so AMP goes off; with AMP it showed 1 ms/sample, without it takes 2 (estimated).
-    recovered = {w: WorkerSummary(1e-3, 0.002, 32, 8 if w == 3 else 0, 8) for w in range(4)}
     off = controller.decide(0, plan, recovered)
     assert off.amp == {3: False} and off.batch_sizes[3] < 32  # sized for 2 ms/sample
     # measured without AMP: 1.2 ms/sample, where the sizes for 2 ms are off by less than the 10% minimum gain
@@ -515,13 +521,7 @@ def test_when_a_recovered_amp_worker_turns_amp_off_its_batch_is_sized_for_its_sp
 def test_a_recovered_amp_worker_whose_batch_was_not_resized_at_its_estimate_is_not_corrected_later():
     """A real gpt-10m run: sizes were already back to even when AMP went off; the estimate (1.21x) was worth no
     resize, yet the next measurement 'corrected' the even sizes for a 2.6% gain, and sizes went back to even 3 s later."""
-    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
-    plan = ssgd(range(4), epoch=1)
-    from star.policy.amp import _WorkerAmp
-
-    controller.amp.workers[3] = _WorkerAmp(AmpState.ON, baseline_s=1.1e-3, speedup=1.1)
-    controller.judged |= set(range(4))
-    recovered = {w: WorkerSummary(1e-3, 0.002, 32, 8 if w == 3 else 0, 8) for w in range(4)}
+    controller, plan, recovered = _on_amp_and_recovered(baseline_s=1.1e-3, speedup=1.1)
     off = controller.decide(0, plan, recovered)
     assert off.amp == {3: False} and not off.batch_sizes  # estimated 1.1 ms/sample: under the minimum gain, no resize
     measured = {w: WorkerSummary(1e-3 if w < 3 else 1.08e-3, 0.002, 32, 0, 8) for w in range(4)}
@@ -532,13 +532,7 @@ def test_a_size_set_at_an_estimate_is_still_corrected_after_decisions_that_waite
     """A real run on a held-out contention trace: AMP went off on a worker that was still 2x slow, which was sized at
     its estimated plain speed (76 of 256 samples); while it re-measured without AMP (held), the decisions in between
     resized nothing, and each of them cleared the pending correction, so the 76 stayed for the rest of the run."""
-    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
-    plan = ssgd(range(4), epoch=1)
-    from star.policy.amp import _WorkerAmp
-
-    controller.amp.workers[3] = _WorkerAmp(AmpState.ON, baseline_s=2e-3, speedup=2.0)
-    controller.judged |= set(range(4))
-    recovered = {w: WorkerSummary(1e-3, 0.002, 32, 8 if w == 3 else 0, 8) for w in range(4)}
+    controller, plan, recovered = _on_amp_and_recovered(baseline_s=2e-3, speedup=2.0)
     off = controller.decide(0, plan, recovered)
     assert off.amp == {3: False} and off.batch_sizes[3] < 32  # sized for an estimated 2 ms/sample
     sizes = off.batch_sizes
@@ -554,13 +548,7 @@ def test_a_size_set_at_an_estimate_is_still_corrected_after_decisions_that_waite
 def test_a_correction_due_is_not_made_on_speed_differences_the_measurements_do_not_resolve():
     """Corrections need no minimum gain, but a resolved one: kept due across held decisions, corrections made on
     noise churned sizes at 100 simulated workers (heavy_tail: auto 1.026 -> 1.057x the best fixed strategy)."""
-    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
-    plan = ssgd(range(4), epoch=1)
-    from star.policy.amp import _WorkerAmp
-
-    controller.amp.workers[3] = _WorkerAmp(AmpState.ON, baseline_s=2e-3, speedup=2.0)
-    controller.judged |= set(range(4))
-    recovered = {w: WorkerSummary(1e-3, 0.002, 32, 8 if w == 3 else 0, 8) for w in range(4)}
+    controller, plan, recovered = _on_amp_and_recovered(baseline_s=2e-3, speedup=2.0)
     sizes = controller.decide(0, plan, recovered).batch_sizes
     assert sizes[3] < 32  # sized for an estimated 2 ms/sample
     # measured slower still (2.3 ms/sample), but every time with a 40% standard error: a size further from even is
@@ -573,13 +561,7 @@ def test_a_correction_due_is_not_made_on_speed_differences_the_measurements_do_n
 def test_a_correction_due_when_batch_sizing_backs_off_waits_for_sizing_to_resume():
     """The guard's even batches replace every size at that decision; the worker sized at an estimated speed
     is still corrected (any gain) at the first decision batch sizing makes again."""
-    controller = Controller(for_strategy(ControlConfig(selector=False), "auto"), 4, 32)
-    plan = ssgd(range(4), epoch=1)
-    from star.policy.amp import _WorkerAmp
-
-    controller.amp.workers[3] = _WorkerAmp(AmpState.ON, baseline_s=2e-3, speedup=2.0)
-    controller.judged |= set(range(4))
-    recovered = {w: WorkerSummary(1e-3, 0.002, 32, 8 if w == 3 else 0, 8) for w in range(4)}
+    controller, plan, recovered = _on_amp_and_recovered(baseline_s=2e-3, speedup=2.0)
     sizes = controller.decide(0, plan, recovered).batch_sizes
     even = {w: 32 for w in range(4)}
     controller._guard_batches = lambda *args: even  # the guard backs off at the correcting decision
