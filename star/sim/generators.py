@@ -72,18 +72,31 @@ def heavy_tail(workers: int, iterations: int, seed: int = 0, alpha: float = 2.5,
 
 def contention(workers: int, iterations: int, seed: int = 0, hosts: int = 4, bursts: int = 5,
                length: int = 50, factor: float = 2.0) -> Trace:
-    """Contention bursts: workers share `hosts` hosts (w mod hosts); a burst slows a whole host."""
+    """Contention bursts: workers share `hosts` hosts (w mod hosts); a burst slows a whole host for `length`
+    iterations, and a host under overlapping bursts stays slow until the last of them ends. (Before 29 Nov the
+    first burst's end reset its host even while later bursts still ran; traces written then keep that shape.)"""
     rng = np.random.default_rng(seed)
-    rows = []
+    spans: dict[int, list[tuple[int, int]]] = {}
     for _ in range(bursts):
         host = int(rng.integers(hosts))
         start = int(rng.integers(max(1, iterations - length)))
-        for w in range(host, workers, hosts):
-            rows += [(start, w, factor), (start + length, w, 1.0)]
-    merged: dict[tuple[int, int], float] = {}
-    for it, w, f in sorted(rows):
-        merged[(it, w)] = max(f, merged.get((it, w), 0.0)) if f > 1 else merged.get((it, w), f)
-    return _trace([(it, w, f) for (it, w), f in merged.items()], workers, iterations, "contention")
+        spans.setdefault(host, []).append((start, start + length))
+    rows = []
+    for host, intervals in spans.items():
+        for start, end in merged_intervals(intervals):
+            rows += [(it, w, f) for w in range(host, workers, hosts) for it, f in ((start, factor), (end, 1.0))]
+    return _trace(rows, workers, iterations, "contention")
+
+
+def merged_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Half-open [start, end) intervals joined where they overlap or touch, in order."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def generate(scenario: str, workers: int, iterations: int, seed: int = 0) -> Trace:

@@ -139,6 +139,24 @@ def test_generators_are_deterministic_per_seed_and_have_the_requested_shape(scen
         assert a.rows() != generators.generate(scenario, 12, 500, seed=4).rows()
 
 
+def test_a_host_under_overlapping_contention_bursts_stays_slow_until_the_last_burst_ends():
+    # seed 7 on 2 hosts draws bursts [11, 61), [31, 81), [38, 88) and [44, 94) on host 1 and [15, 65) on host 0
+    trace = generators.contention(4, 100, seed=7, hosts=2)
+    for worker in (1, 3):
+        assert trace.steps[worker][:3] == ((0, 1.0), (11, 2.0), (94, 1.0))
+    for worker in (0, 2):
+        assert trace.steps[worker][:3] == ((0, 1.0), (15, 2.0), (65, 1.0))
+
+
+@pytest.mark.parametrize("intervals, merged", [
+    ([(5, 10), (0, 3)], [(0, 3), (5, 10)]),
+    ([(0, 5), (5, 8)], [(0, 8)]),
+    ([(0, 50), (10, 20), (40, 90)], [(0, 90)]),
+])
+def test_burst_intervals_join_where_they_overlap_or_touch(intervals, merged):
+    assert generators.merged_intervals(intervals) == merged
+
+
 @pytest.mark.parametrize("workers", [10, 37, 1000])
 def test_stretching_ten_workers_replays_each_source_worker_rotated(workers):
     source = generators.heavy_tail(10, 200, seed=1)
