@@ -39,9 +39,10 @@ class CostConfig:
     resize_s: float = 0.0  # extra seconds of a worker's first iteration at a new batch size
     fixed_compute_share: float = 0.0  # share of base_compute_s a step costs at any batch (a GPU's launches; 0: in proportion)
     report_step_cost: bool = True  # workers report that fixed part, as real ones measure it (False: the rule before 28 Nov)
+    warmup_factor: float = 1.0  # compute multiplier of each worker's first iteration (real digits on 2 cores: 1.72-1.89)
 
     def __post_init__(self) -> None:
-        for name in ("base_compute_s", "amp_time_factor", "model_bytes", "bandwidth_bytes_per_s"):
+        for name in ("base_compute_s", "amp_time_factor", "model_bytes", "bandwidth_bytes_per_s", "warmup_factor"):
             value = getattr(self, name)
             _require(math.isfinite(value) and value > 0, f"cost.{name}", value, "must be > 0")
         for name in ("latency_s", "ps_update_s", "overhead_s", "compute_noise_cv", "host_cores", "resize_s"):

@@ -1,7 +1,8 @@
 """Cost model: how long one worker iteration takes, vectorised over workers.
 
 iteration = pull + compute + push + overhead, with
-compute = cpu x trace factor (+ resize_s on the first iteration at a new batch size),
+compute = cpu x trace factor (x warmup_factor on a worker's first iteration; + resize_s on the first
+iteration at a new batch size),
 cpu = base_compute_s x (amp_time_factor if AMP is on) x (share + (1 - share) x batch/base_batch) x noise x stretch,
 share being the step's fixed part (`fixed_compute_share`, 0 on CPUs; workers report it as samples' worth,
 star.worker.step_cost, unless `report_step_cost` is off).
@@ -105,6 +106,8 @@ class CostModel:
     def _with_slowdown_and_resize(self, workers: np.ndarray, cpu: np.ndarray, iterations: np.ndarray,
                                   batch: np.ndarray) -> np.ndarray:
         compute = cpu * self.factors.factors(workers, iterations)
+        if self.config.warmup_factor != 1.0:
+            compute = compute * np.where(iterations == 0, self.config.warmup_factor, 1.0)
         if self.config.resize_s > 0:
             before = self.batch_before[workers]
             compute = compute + self.config.resize_s * ((before > 0) & (before != batch))

@@ -103,6 +103,14 @@ def test_the_first_iteration_at_a_new_batch_size_pays_the_resize_cost_once():
     assert m.start(w, np.array([2.0]), it, amp, np.array([32])) == pytest.approx([BASE_S / 2])
 
 
+def test_only_each_worker_s_first_iteration_pays_the_warmup_factor():
+    m = model(warmup_factor=1.8)
+    w, amp, batch = np.array([0, 1]), np.zeros(2, dtype=bool), np.array([64, 64])
+    first = m.start(w, np.zeros(2), np.array([0, 3]), amp, batch)  # worker 1 is past its first iteration
+    assert first == pytest.approx([1.8 * BASE_S, BASE_S])
+    assert m.start(w, np.ones(2), np.array([1, 4]), amp, batch) == pytest.approx([BASE_S, BASE_S])
+
+
 def test_gradients_computed_under_amp_make_less_progress_when_amp_costs_accuracy():
     trace = slow_worker(3.0)
     cost = {"amp_time_factor": 0.5}
@@ -118,6 +126,8 @@ def test_cost_and_convergence_fields_are_validated_by_name():
         config(cost={"host_cores": -1.0})
     with pytest.raises(ConfigError, match="cost.workers_per_host"):
         config(cost={"workers_per_host": 0})
+    with pytest.raises(ConfigError, match="cost.warmup_factor"):
+        config(cost={"warmup_factor": 0.0})
     with pytest.raises(ConfigError, match="convergence.amp_update_worth"):
         config(convergence={"amp_update_worth": 1.5})
 
