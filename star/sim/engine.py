@@ -88,9 +88,11 @@ class Simulation:
         self.stale = np.zeros(n, dtype=bool)  # started under an older plan: its push will be refused
         self.cur_compute = np.zeros(n)
         self.cur_amp = np.zeros(n, dtype=bool)
-        self.cur_batch = np.zeros(n, dtype=np.int64)
+        self.cur_batch = np.zeros(n, dtype=np.int64)  # samples of the computation in progress
+        self.cur_weight = np.zeros(n, dtype=np.int64)  # the share of the round its gradient is weighted as (its placement)
         self.amp = np.zeros(n, dtype=bool)  # directives in force
-        self.batch = np.full(n, c.cost.base_batch, dtype=np.int64)
+        self.batch = np.full(n, c.cost.base_batch, dtype=np.int64)  # samples each next iteration computes
+        self.placed = np.full(n, c.cost.base_batch, dtype=np.int64)  # the size of each one's place in the round (> batch: a cut)
         self.pending = PendingBatches()  # directed sizes not in force yet, queued as the workers queue them
         self.batch_from = np.zeros(n, dtype=np.int64)  # the iteration each worker's newest directive starts at
         self.clock = np.zeros(n, dtype=np.int64)  # SSP: pushes under the plan in force
@@ -151,7 +153,7 @@ class Simulation:
         released by a round's close is taken at the close, and answered once the update is applied.
         `restart`: the iterations they started at t0 restart there at a cut batch (CostModel.restart)."""
         self.pulled[workers] = t0 if pulled is None else pulled
-        self.pending.take_due(workers, self.iters[workers], self.batch)
+        self.pending.take_due(workers, self.iters[workers], self.batch, self.placed)
         amp, batch = self.amp[workers], self.batch[workers]
         iterations = self.iters[workers]
         compute = (self.cost.restart(workers, iterations, amp, batch) if restart
@@ -159,6 +161,7 @@ class Simulation:
         self.cur_compute[workers] = compute
         self.cur_amp[workers] = amp
         self.cur_batch[workers] = batch
+        self.cur_weight[workers] = self.placed[workers]
         self.start[workers] = t0
         arrive, pace = t0 + self.fixed_s + compute, self.plan.push_pace_bytes_per_s  # pace: the traffic guard's (ps_hosts)
         self.arrive[workers] = paced(arrive, self.arrive[workers], self.config.cost.model_bytes / pace) if pace else arrive
@@ -171,8 +174,9 @@ class Simulation:
         return np.where(self.arrive[members] >= close, t, close)
 
     def _samples(self, workers: np.ndarray) -> np.ndarray:
-        """Samples each worker's gradient is worth to the convergence model: its batch, x amp_update_worth under AMP."""
-        batch = self.cur_batch[workers].astype(float)
+        """Samples each worker's gradient is worth to the convergence model: the size of its place in the round (its
+        batch, or the batch a cut at once replaced: the worker weights it so), x amp_update_worth under AMP."""
+        batch = self.cur_weight[workers].astype(float)
         return np.where(self.cur_amp[workers], batch * self.amp_worth, batch) if self.amp_worth != 1 else batch
 
     def _finish(self, workers: np.ndarray) -> None:
@@ -380,7 +384,7 @@ class Simulation:
             for worker, size in actions.directives.batch_sizes.items():
                 start = directed_from_iteration(int(self.batch_from[worker]), int(self.iters[worker]), furthest)
                 self.batch_from[worker] = start
-                self.pending.direct(worker, size, start, worker in at_once, int(self.batch[worker]))
+                self.pending.direct(worker, size, start, worker in at_once, int(self.placed[worker]))
             if self.control.batching.cut_at_once:
                 self._cut_at_once([w for w in woken_by if w in actions.directives.batch_sizes], now)
         if actions.switch is not None:
@@ -402,7 +406,7 @@ class Simulation:
         """A woken decision's cuts for the workers whose reports woke it (Directives.cut_at_once): the iteration each
         started right after that report (and is still computing) restarts at its cut size, as a real worker computes
         it once the reply came; its later iterations keep the cut until the new batches are due. Other cuts wait."""
-        sizes = {w: self.pending.cut_now(w, int(self.batch[w])) for w in workers}
+        sizes = {w: self.pending.cut_now(w, int(self.placed[w])) for w in workers}
         cut = np.array([w for w, size in sizes.items() if size is not None], dtype=np.int64)
         self.batch[cut] = [sizes[w] for w in cut.tolist()]
         computing = cut[self.arrive[cut] > now]

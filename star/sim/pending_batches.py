@@ -17,14 +17,15 @@ class PendingBatches:
         self._set(worker, queue_batch(self.queues.get(worker, []), PendingBatch(size, None, from_iteration, at_once),
                                       (in_force, None)))
 
-    def take_due(self, workers: np.ndarray, iterations: np.ndarray, batch: np.ndarray) -> None:
-        """`batch` (sizes in force, updated in place) for `workers` starting iterations `iterations` (batch_for_iteration)."""
+    def take_due(self, workers: np.ndarray, iterations: np.ndarray, batch: np.ndarray, placed: np.ndarray) -> None:
+        """`batch` (samples) and `placed` (the sizes of their places in the round), updated in place, for `workers`
+        starting iterations `iterations` (batch_for_iteration)."""
         if not self.queues:
             return
         for index in np.flatnonzero([w in self.queues for w in workers.tolist()]):
             worker = int(workers[index])
-            taken = batch_for_iteration(self.queues[worker], int(iterations[index]), (int(batch[worker]), None))
-            batch[worker] = taken.size
+            taken = batch_for_iteration(self.queues[worker], int(iterations[index]), (int(placed[worker]), None))
+            batch[worker], placed[worker] = taken.size, taken.placed_size
             self._set(worker, taken.pending)
 
     def cut_now(self, worker: int, in_force: int) -> int | None:

@@ -46,14 +46,34 @@ def test_a_cut_not_marked_at_once_waits_for_its_iteration():
 def test_the_simulator_keeps_a_straggler_s_first_cut_for_the_rounds_before_its_second():
     """Worker 1 of 3 is cut to 31 from iteration 13, then to 22 from 14 before reaching 13: it runs 31 at 13 (the
     simulator used to keep only the newest directive and ran 64 at 13), then 22; worker 0 has nothing pending."""
-    pending, batch = PendingBatches(), np.full(3, 64, dtype=np.int64)
+    pending, batch, placed = PendingBatches(), np.full(3, 64, dtype=np.int64), np.full(3, 64, dtype=np.int64)
     pending.direct(1, 31, 13, at_once=False, in_force=64)
     pending.direct(1, 22, 14, at_once=False, in_force=64)
     workers = np.array([0, 1])
     for iteration, expected in ((12, 64), (13, 31), (14, 22)):
-        pending.take_due(workers, np.full(2, iteration), batch)
-        assert batch[1] == expected and batch[0] == 64
+        pending.take_due(workers, np.full(2, iteration), batch, placed)
+        assert batch[1] == placed[1] == expected and batch[0] == placed[0] == 64
     assert pending.queues == {}
+
+
+def test_a_cut_at_once_keeps_the_size_of_the_place_it_replaces_until_its_own_iteration():
+    """Read with the place in force (not the cut), every iteration before the cut's own runs the cut's samples as the
+    head of the old place, and says so (placed_size): the gradient is weighted as the whole place (Worker._weigh)."""
+    queue = [PendingBatch(41, 0, 15, at_once=True)]
+    for iteration in (13, 14):
+        taken = batch_for_iteration(queue, iteration, (70, 64))
+        assert (taken.size, taken.placed_size, taken.offset, taken.cut) == (41, 70, 64, True)
+    taken = batch_for_iteration(queue, 15, (70, 64))
+    assert (taken.size, taken.placed_size, taken.offset, taken.cut, taken.pending) == (41, 41, 0, False, [])
+
+
+def test_the_simulator_runs_a_cut_at_once_in_the_place_it_replaces():
+    pending, batch, placed = PendingBatches(), np.full(2, 70, dtype=np.int64), np.full(2, 70, dtype=np.int64)
+    pending.direct(1, 41, 15, at_once=True, in_force=70)
+    assert pending.cut_now(1, 70) == 41
+    for iteration, samples, place in ((13, 41, 70), (14, 41, 70), (15, 41, 41)):
+        pending.take_due(np.array([0, 1]), np.full(2, iteration), batch, placed)
+        assert (batch[1], placed[1]) == (samples, place) and batch[0] == placed[0] == 70
 
 
 def test_the_simulator_cuts_a_woken_worker_at_once_only_for_a_smaller_batch():

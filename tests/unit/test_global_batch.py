@@ -156,10 +156,19 @@ def test_a_cut_marked_at_once_starts_as_the_first_samples_of_the_old_batch_and_m
     head, _ = worker.batches.round_batch(3, 64, 20, base)
     whole, _ = worker.batches.round_batch(3, 64, base, base)
     assert torch.equal(head, whole[:20])
+    if at_once:  # the cut's 20 samples stand for the whole place of 64: its gradient is weighted as that place
+        assert worker.placed_batch == base
+        worker.flat.grads.fill_(1.0)
+        worker._weigh()
+        assert torch.all(worker.flat.grads == 1.0)
     worker.iteration = 5
     worker._obey(link)
     worker._compute()
     assert (worker.batch_size, worker.batch_offset) == (20, 0) and worker.pending_batches == []
+    assert worker.placed_batch == 20  # its own place from now on, weighted as such
+    worker.flat.grads.fill_(1.0)
+    worker._weigh()
+    assert torch.all(worker.flat.grads == 20 / base)
 
 
 def test_a_straggler_cut_twice_in_a_row_keeps_its_first_placement_for_the_round_the_others_tiled_with_it(worker):

@@ -270,3 +270,14 @@ def test_the_simulator_sizes_a_straggler_from_the_start_when_its_third_report_ar
     assert first["t"] < 1.0 and first["sizes"]["3"] < min(first["sizes"][str(w)] for w in (0, 1, 2))
     early = next(e for e in result.events if e["kind"] == "early_decision")
     assert early["t"] == first["t"] and early["workers"] == [3] and early["min_reports"] == 3
+
+
+def test_a_round_with_a_cut_at_once_is_worth_a_whole_update():
+    """The cut straggler's gradient stands for its whole place in the round (star.worker.worker.Worker._weigh), so
+    batch sizing's rounds, cut ones included, each move the model one full update (with B_noise 0 and no AMP). Weighted
+    by the samples computed, each cut round was worth its samples' share: fewer than one update per round."""
+    trace = generators.transient(4, 200, worker=2, factor=3.0, start_frac=0.3, end_frac=0.9)
+    result = simulate(config("batch", iterations=200, cost={"compute_noise_cv": 0.0}), trace)
+    assert any(e["kind"] == "early_decision" and "per_sample_ms" in e for e in result.events)  # a cut at once
+    assert result.result["batch_changes"] >= 1
+    assert result.result["progress"] == pytest.approx(result.result["updates"], abs=1e-3)
