@@ -80,10 +80,13 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         """Per worker, whether AMP is on (the directives sent); call under the lock."""
         return {w: d.amp for w, d in self.directives.items()}
 
-    def _directives_for(self, worker: int) -> pb.Directives:
+    def _directives_for(self, worker: int, joining: bool = False) -> pb.Directives:
+        """A (re)joining worker counts its iterations afresh: its batch applies at once, as its place, not as a cut."""
         directives = pb.Directives()
         directives.CopyFrom(self.directives.setdefault(worker, pb.Directives()))
         directives.stop = self.state in ("done", "finished")
+        if joining:  # (a cut at once weighs as the place it replaces, which this worker never had: Worker._weigh)
+            directives.batch_from_iteration, directives.cut_at_once = 0, False
         return directives
 
     def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinReply:
@@ -98,7 +101,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             if request.worker_id >= self.config.workers and self.plan and request.worker_id not in self.plan.workers:
                 self.pending_admissions.add(request.worker_id)
             self.events.emit("worker_joined", worker=request.worker_id, host=request.host, pid=request.pid)
-            return pb.JoinReply(ps_addresses=self.ps_addresses, directives=self._directives_for(request.worker_id))
+            return pb.JoinReply(ps_addresses=self.ps_addresses, directives=self._directives_for(request.worker_id, joining=True))
 
     def Report(self, request: pb.IterationReport, context: grpc.ServicerContext) -> pb.Directives:
         if problem := report_problem(request, self.worker_limit):
@@ -289,8 +292,7 @@ class Coordinator:
             save_state(self, loop.period, loop.controller)  # after the answer: a file write never holds up a woken decision
 
     def _perform(self, actions: Actions, woken_by: tuple[int, ...] = ()) -> None:
-        """Carry out what the control loop decided: a shard move, events, directives, a plan switch. Cuts for the
-        workers whose reports woke the decision start at once (Directives.cut_at_once)."""
+        """Carry out the loop's decision: a shard move, events, directives (cuts at once for woken_by), a plan switch."""
         service = self.service
         if actions.move is not None:
             with service.lock:
@@ -337,8 +339,7 @@ class Coordinator:
                          version_received=received, updates_lost=lost)
 
     def _switch_plan(self, plan: SyncPlan) -> None:
-        """Send a plan to every PS. A PS that is down gets it when it is back (see _watch_ps);
-        a PS that refuses it makes the switch fail, and the plan in force stays."""
+        """Send a plan to every PS. One that is down gets it when back (_watch_ps); a refusal fails the switch."""
         answers = self.ps.configure_each(plan)
         refused = {i: a for i, a in answers.items() if isinstance(a, grpc.RpcError) and a.code() not in RETRYABLE}
         if refused or all(isinstance(a, grpc.RpcError) for a in answers.values()):
@@ -354,8 +355,7 @@ class Coordinator:
                             if len(replies) < len(answers) else {}))
 
     def _watch_ps(self) -> list:
-        """Stats of every PS; events for a PS that went down or came back from a checkpoint,
-        and the plan in force re-sent to any PS that does not hold it."""
+        """Stats of every PS; events for a PS down or back from a checkpoint; the plan re-sent to one without it."""
         stats = self.ps.stats_each()
         plan = self.service.plan
         events, resend = self.ps_watch.observe(stats, plan.epoch if plan else 0)

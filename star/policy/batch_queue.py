@@ -6,7 +6,7 @@ sizes at the same iterations. Pure: no clocks, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,15 @@ def queue_batch(pending: list[PendingBatch], directed: PendingBatch, in_force: t
     up to it. (A straggler cut twice in a row used to lose its first placement when the second directive came before
     the iteration the others switched at: in that round it took the next samples of its own shard while the others
     already tiled the round with its first placement, so the round left some samples out and took some of the
-    round before.) `in_force`: the (size, offset) the worker runs with now; a directive that changes nothing is dropped."""
+    round before.) `in_force`: the (size, offset) of the worker's place in the round now (not a cut's size); a directive
+    that changes nothing is dropped. A directive that replaces a cut at once and still cuts is started at once too: every
+    decision re-sends every worker's size, marked at once only for the workers whose reports woke it, and the straggler
+    would otherwise go back to its whole place until the common iteration."""
     kept = [p for p in pending if p.from_iteration < directed.from_iteration]
     before = (kept[-1].size, kept[-1].offset) if kept else in_force
+    replaced = pending[len(kept):]
+    if any(p.at_once for p in replaced) and not directed.at_once and directed.size < before[0]:
+        directed = replace(directed, at_once=True)  # a cut already running at once keeps running: see the docstring
     return kept + ([directed] if (directed.size, directed.offset) != before else [])
 
 

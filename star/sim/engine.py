@@ -175,7 +175,8 @@ class Simulation:
 
     def _samples(self, workers: np.ndarray) -> np.ndarray:
         """Samples each worker's gradient is worth to the convergence model: the size of its place in the round (its
-        batch, or the batch a cut at once replaced: the worker weights it so), x amp_update_worth under AMP."""
+        batch, or the batch a cut at once replaced: the worker weights it so), x amp_update_worth under AMP. (With
+        b_noise > 0 a cut round's noise term then reads the place too, a little kind to it; the calibrations have 0.)"""
         batch = self.cur_weight[workers].astype(float)
         return np.where(self.cur_amp[workers], batch * self.amp_worth, batch) if self.amp_worth != 1 else batch
 

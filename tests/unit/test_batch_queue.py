@@ -81,3 +81,17 @@ def test_the_simulator_cuts_a_woken_worker_at_once_only_for_a_smaller_batch():
     pending.direct(2, 30, 9, at_once=True, in_force=64)
     pending.direct(3, 80, 9, at_once=True, in_force=64)
     assert pending.cut_now(2, 64) == 30 and pending.cut_now(3, 64) is None and pending.cut_now(0, 64) is None
+
+
+@pytest.mark.parametrize("size", [41, 30, 55])
+def test_a_cut_running_at_once_keeps_running_when_a_later_decision_re_sends_its_size_unmarked(size):
+    """Every decision re-sends every worker's size, marked at once only for the workers whose reports woke it: a
+    decision woken by another worker (or timed) re-sends the straggler's cut, or a new one, for the same iteration.
+    The straggler must not go back to its whole place of 70 until then (it did, with the place read as in force)."""
+    queue = queue_batch([], PendingBatch(41, 0, 15, at_once=True), (70, 64))
+    queue = queue_batch(queue, PendingBatch(size, 0, 15, at_once=False), (70, 64))
+    taken = batch_for_iteration(queue, 14, (70, 64))
+    assert (taken.size, taken.placed_size, taken.cut) == (size, 70, True)
+    assert queue_batch([], PendingBatch(30, 0, 15, at_once=False), (70, 64)) == [PendingBatch(30, 0, 15)]  # no cut to keep
+    grown = queue_batch(queue, PendingBatch(80, 0, 15, at_once=False), (70, 64))
+    assert batch_for_iteration(grown, 14, (70, 64)).size == 70  # a bigger batch is no cut: it waits for its iteration

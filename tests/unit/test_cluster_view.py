@@ -79,3 +79,17 @@ def test_an_operator_switching_amp_off_leaves_the_reports_from_before_it_went_on
             service.Report(_report(worker=1, iteration=i, compute=0.1, amp=on), _Context())
     summary = service.cluster.summaries(1.0, service.amp_state())[1]
     assert summary.reports == 3 and summary.per_sample_s == pytest.approx(0.1 / 32)  # the slow 0.3 s ones are out
+
+
+def test_a_rejoining_worker_takes_its_batch_at_once_as_its_place_not_as_a_cut(tmp_path):
+    """A restarted worker counts its iterations from 0: the stored directive's iteration (in the old count) would hold
+    its place for as long, and a cut at once would run as the head of a place it never had (weighted as that place)."""
+    from star.coordinator import CoordinatorConfig, CoordinatorService
+    from star.events import EventLog
+
+    service = CoordinatorService(CoordinatorConfig(workers=2), EventLog(tmp_path / "events.jsonl"))
+    service.directives[1] = pb.Directives(batch_size=41, batch_offset=64, batch_from_iteration=500, cut_at_once=True)
+    reply = service.Join(pb.JoinRequest(worker_id=1, host="h", batch_size=64), _Context())
+    assert (reply.directives.batch_size, reply.directives.batch_offset) == (41, 64)
+    assert (reply.directives.batch_from_iteration, reply.directives.cut_at_once) == (0, False)
+    assert service.directives[1].cut_at_once  # the stored directive is unchanged: reports are answered as before
