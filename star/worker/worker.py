@@ -57,7 +57,7 @@ class Worker:
         self.batch_size = config.batch_size or self.task.default_batch_size
         self.base_batch = self.batch_size  # the even share; batch directives are relative to it
         self.placed_batch = self.batch_size  # the size of this worker's place in each round: its batch, or during a cut
-        # at once the batch the cut replaced (its gradient is weighted as that: _send)
+        # at once the batch the cut replaced (its gradient is weighted as that: _weigh)
         self.batch_offset: int | None = None  # where its batch starts in each round's global batch, once the coordinator
         # sized batches (star.tasks.global_batch); None: the next batch of its own shard
         self.pending_batches: list[PendingBatch] = []  # directed batches not yet in force, by first iteration
