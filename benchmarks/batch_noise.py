@@ -3,8 +3,7 @@ and what such a resize gains in truth, with and without the noise-resolved gain 
 
     python -m benchmarks.batch_noise --draws 2000 --noise-cv 0.10
 
-Per draw: 4 workers, one of them `slowdown` times slower per sample; each reports a warm-up iteration
-(WARMUP_FACTOR times its time, as measured on digits: the book leaves it out of speeds) and 4 iterations of a
+Per draw: 4 workers, one of them `slowdown` times slower per sample; each reports 4 iterations of a
 64-sample batch whose compute time has lognormal noise (`--noise-cv`; one report's per-sample time
 spreads about 10% on the 2-core development host). The reports go through the coordinator's own
 ReportBook into one decision of the real Controller (`batch`), with `control.batching.noise_z` z.
@@ -28,7 +27,6 @@ from star.policy.controller import ControlConfig, Controller, for_strategy
 from star.report_book import ReportBook
 
 WORKERS, BATCH, REPORTS, PER_SAMPLE_S, COMM_S = 4, 64, 4, 4.5e-3, 0.003
-WARMUP_FACTOR = 1.8  # benchmarks/results/startup_warmup_29nov: a worker's first iteration took 1.72-1.89x steady
 
 
 def first_decision(rng: np.random.Generator, slowdown: float, noise_cv: float, noise_z: float) -> float | None:
@@ -37,12 +35,12 @@ def first_decision(rng: np.random.Generator, slowdown: float, noise_cv: float, n
     book = ReportBook(WORKERS)
     workers = np.arange(WORKERS)
     truth = np.array([true_s[w] for w in workers])
-    for i in range(REPORTS + 1):
-        compute = truth * BATCH * rng.lognormal(0.0, noise_cv, WORKERS) * (WARMUP_FACTOR if i == 0 else 1.0)
+    for i in range(REPORTS):
+        compute = truth * BATCH * rng.lognormal(0.0, noise_cv, WORKERS)
         book.record(workers, 0.1 * i, compute, COMM_S / 2, np.full(WORKERS, BATCH), np.zeros(WORKERS, dtype=bool))
     config = for_strategy(ControlConfig(batching=BatchConfig(noise_z=noise_z)), "batch")
     controller = Controller(config, WORKERS, BATCH)
-    sizes = controller.decide(0, ssgd(range(WORKERS), epoch=1), book.summaries(0.5, np.zeros(WORKERS, dtype=bool))).batch_sizes
+    sizes = controller.decide(0, ssgd(range(WORKERS), epoch=1), book.summaries(0.4, np.zeros(WORKERS, dtype=bool))).batch_sizes
     if not sizes:
         return None
     return predicted_gain({w: BATCH for w in range(WORKERS)}, sizes, true_s, {w: COMM_S for w in range(WORKERS)})

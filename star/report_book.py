@@ -9,9 +9,7 @@ worker was last heard of; and for batch sizing, the median of only the latest
 `SIZING_WINDOW` (2) of them, which a step in speed fills two reports sooner (sizing has its
 own smoothing and hysteresis, `star.policy.speeds`; the detector keeps the steadier median),
 with its relative standard error from the window's spread (so that sizing does not act on
-differences its measurements cannot resolve). A worker's first report since it (re)started times its
-warm-up iteration: it counts among the reports, but its times are left out once the worker has another
-(WARMUP_REPORTS; a restarted coordinator, whose book starts empty, drops one steady report this way). When the adapter switches a worker's AMP it drops that
+differences its measurements cannot resolve). When the adapter switches a worker's AMP it drops that
 worker's older reports under the new setting (`amp_switched`: they are from an earlier spell), so right
 after an AMP toggle a worker has no (or few) matching reports and the Controller waits for fresh ones;
 reports under the other setting older than `keep` iterations are gone.
@@ -40,10 +38,6 @@ WINDOW = 4  # of those, the latest this many under the current AMP setting are s
 SIZING_WINDOW = 2  # and the latest this many of them give the per-sample time batch sizing acts on
 STEP_COST_REASON = ("its step costs compute for batch + fixed_samples samples' worth; every worker is read with the "
                     "lower median of the reported values (pooled)")
-# A worker's first report (after a start or restart) times its warm-up iteration: measured 1.72-1.89x its steady
-# time on digits (benchmarks/results/startup_warmup_29nov). It counts towards min_reports, so the first decision
-# comes no later, but its time is left out of every median once the worker has another report.
-WARMUP_REPORTS = 1
 NEWEST_SHARE = 0.85  # a confirming worker's report crosses the slowdown watch when it is over this share of the limit
 
 
@@ -150,14 +144,14 @@ class ReportBook:
             return {}
         a = amp_state[workers].astype(np.int64)
         fixed_samples = self.pooled_fixed_samples()
-        valid, timed, per_sample_s, newest = self._rows(a, workers, fixed_samples)
-        per_sample = _median_rows(per_sample_s, timed)
+        valid, per_sample_s, newest = self._rows(a, workers, fixed_samples)
+        per_sample = _median_rows(per_sample_s, valid)
         sizing = _median_rows(per_sample_s, newest)
         # How far sizing's median may be from the worker's true speed by chance: one report's spread over
         # the window, over the square root of the reports in that median (star.policy.speeds.resolvable_speeds).
-        sizing_error = _relative_spread_rows(per_sample_s, timed, per_sample) / np.sqrt(np.maximum(newest.sum(axis=1), 1))
+        sizing_error = _relative_spread_rows(per_sample_s, valid, per_sample) / np.sqrt(np.maximum(newest.sum(axis=1), 1))
         fixed_compute = fixed_samples * per_sample
-        comm = 2 * _median_rows(self.push_s[a, workers], timed) + fixed_compute
+        comm = 2 * _median_rows(self.push_s[a, workers], valid) + fixed_compute
         reports = valid.sum(axis=1)
         latest = (self.count_amp[a, workers] - 1) % self.window
         latest_batch = self.batch[a, workers, latest]
@@ -187,7 +181,7 @@ class ReportBook:
         if len(workers) == 0:
             return []
         a = amp_state[workers].astype(np.int64)
-        valid, _, per_sample_s, newest = self._rows(a, workers)
+        valid, per_sample_s, newest = self._rows(a, workers)
         sizing = _median_rows(per_sample_s, newest)
         seq = np.where(valid, self.seq[a, workers], -1)
         latest = seq.argmax(axis=1)
@@ -204,21 +198,17 @@ class ReportBook:
         listed = np.array([w for w in workers if 0 <= w < len(self.count)], dtype=np.int64)
         if len(listed) == 0:
             return []
-        valid, _, _, _ = self._rows(amp_state[listed].astype(np.int64), listed)
+        valid, _, _ = self._rows(amp_state[listed].astype(np.int64), listed)
         return sorted(listed[valid.sum(axis=1) < min_reports].tolist())
 
-    def _rows(self, a: np.ndarray, workers: np.ndarray,
-              fixed_samples: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _rows(self, a: np.ndarray, workers: np.ndarray, fixed_samples: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per listed worker under AMP setting `a`: which ring entries are still among its latest `keep`
-        reports (they count), which of them are timed (all but a warm-up report while the worker has another),
-        their per-sample times, and which timed ones are the newest SIZING_WINDOW."""
+        reports, their per-sample times, and which of them are the newest SIZING_WINDOW."""
         seq = self.seq[a, workers]
         valid = (seq >= 0) & (seq >= (self.count[workers] - self.keep)[:, None])  # still in the 20-report deque
-        timed = valid & (seq >= WARMUP_REPORTS)
-        timed = np.where(timed.any(axis=1)[:, None], timed, valid)
         fixed = self.pooled_fixed_samples() if fixed_samples is None else fixed_samples
         per_sample_s = self.compute_s[a, workers] / (self.batch[a, workers] + fixed)
-        return valid, timed, per_sample_s, _newest(timed, seq, min(SIZING_WINDOW, self.window))
+        return valid, per_sample_s, _newest(valid, seq, min(SIZING_WINDOW, self.window))
 
     def pooled_fixed_samples(self) -> float:
         """The fixed compute per step every worker is read with: the lower median of what the workers that

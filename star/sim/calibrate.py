@@ -17,9 +17,6 @@ config:
 - amp_time_factor: bf16-autocast / fp32 step time of the task, timed in-process;
 - resize_s: base_compute_s x the extra time of a first step at a new batch size over a
   steady one (`resize_cost_ratio`, timed in-process);
-- warmup_factor: a worker's first iteration over its steady ones, per sample (`warmup_ratio`, from the run's
-  iterations.csv; 1.0 when the run kept none): the coordinator leaves that report out of speeds
-  (star.report_book.WARMUP_REPORTS), so a simulator without it would judge start-ups on another rule;
 - staleness_penalty (convergence): from a second, clean ASGD run of the same job — the
   value of p for which the model's progress per ASGD update, averaged over the staleness
   histogram the PSs measured, reaches the target in as many updates as the real run
@@ -36,7 +33,6 @@ import csv
 import dataclasses
 import json
 import os
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -125,26 +121,6 @@ def read_run(out: Path) -> tuple[dict[str, Any], list[tuple[float, int, float]],
     return result, curve, events
 
 
-def warmup_ratio(rows: list[dict[str, str]]) -> float:
-    """Median over workers of iteration 1's per-sample compute over the median of the worker's later ones
-    (iterations.csv rows; 1.0 when no worker has both)."""
-    per_sample: dict[str, dict[int, float]] = {}
-    for row in rows:
-        if int(row["batch_size"]) > 0:
-            per_sample.setdefault(row["worker"], {})[int(row["iteration"])] = float(row["compute_s"]) / int(row["batch_size"])
-    ratios = sorted(times[1] / statistics.median(later) for times in per_sample.values()
-                    if 1 in times and (later := [s for i, s in times.items() if i > 1]))
-    return round(statistics.median(ratios), 3) if ratios else 1.0
-
-
-def read_warmup(out: Path) -> float:
-    path = out / "iterations.csv"  # star.observe.ITERATIONS_FILE (not imported: the simulator stays off the daemons)
-    if not path.exists():
-        return 1.0
-    with open(path, newline="") as handle:
-        return warmup_ratio(list(csv.DictReader(handle)))
-
-
 def amp_factor(task_name: str, threads: int = 1) -> float:
     """bf16 autocast step time / fp32 step time, timed in this process."""
     import torch
@@ -208,7 +184,6 @@ def run_calibration(task: str, out: str, workers: int = 4, ps: int = 2, seed: in
                  batch_size=job.batch_size or task_obj.default_batch_size, higher_is_better=task_obj.higher_is_better,
                  host_cores=float(os.cpu_count() or 1), workers=workers)  # every process of the job runs on this host
     tables["cost"]["resize_s"] = round(resize_cost_ratio(task, tables["cost"]["base_batch"]) * tables["cost"]["base_compute_s"], 6)
-    tables["cost"]["warmup_factor"] = read_warmup(out_path / "ssgd")
     tables["measured"] = {"task": task, "workers": workers, "ps": ps, "seed": seed, "tta_s": round(result["tta_s"], 4),
                           "updates": result["updates"]}
     if asgd:

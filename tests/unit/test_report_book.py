@@ -17,17 +17,16 @@ from star.rpc import star_pb2 as pb
 
 def plain_summary(history: deque, amp_on: bool, window: int = WINDOW):
     """The rule written plainly: the latest `window` reports under the current AMP setting among
-    the kept ones, each timed but for the worker's first (warm-up) report while it has another; (per-sample
-    median, 2 x push median, latest batch, reports, sizing median, its relative error)."""
-    counted = [r for r in history if r["amp"] == amp_on and r["batch"] > 0][-window:]
-    if not counted:
+    the kept ones; (per-sample median, 2 x push median, latest batch, reports, sizing median, its relative
+    error)."""
+    recent = [r for r in history if r["amp"] == amp_on and r["batch"] > 0][-window:]
+    if not recent:
         return (1.0, 0.0, 1, 0, 1.0, 0.0)
-    recent = [r for r in counted if not r["first"]] or counted
     per_sample = [r["compute"] / r["batch"] for r in recent]
     median = statistics.median(per_sample)
     spread = 1.4826 * statistics.median(abs(x - median) for x in per_sample) / median if len(recent) >= 2 else 0.0
     sizing = per_sample[-SIZING_WINDOW:]
-    return (median, 2 * statistics.median(r["push"] for r in recent), counted[-1]["batch"], len(counted),
+    return (median, 2 * statistics.median(r["push"] for r in recent), recent[-1]["batch"], len(recent),
             statistics.median(sizing), spread / len(sizing) ** 0.5)
 
 
@@ -73,8 +72,7 @@ def test_the_book_and_the_cluster_view_summarise_like_the_plain_rule(seed):
             book.record(np.array([w]), t, np.array([compute]), push, np.array([batch]), amp_now[[w]])
         else:
             book.record_without_speed(w, t)
-        plain[w].append({"compute": compute, "push": push, "batch": batch, "amp": bool(amp_now[w]),
-                         "first": iteration[w] == 1})
+        plain[w].append({"compute": compute, "push": push, "batch": batch, "amp": bool(amp_now[w])})
         heard[w] = t
         if step % 7 == 0:
             state = amp_now ^ (rng.random(n) < 0.3)
@@ -94,26 +92,6 @@ def test_the_book_and_the_cluster_view_summarise_like_the_plain_rule(seed):
 def test_a_book_refuses_a_window_longer_than_what_it_keeps():
     with pytest.raises(ValueError, match="window"):
         ReportBook(2, window=5, keep=4)
-
-
-def test_a_workers_warm_up_report_counts_towards_its_first_judgement_but_not_its_speed():
-    """Real digits: a worker's first iteration takes 1.72-1.89x its steady time; references started from it
-    resized no-trace runs. It still counts, so the first decision comes as early as before."""
-    book, off = ReportBook(2), np.zeros(2, dtype=bool)
-    for i, compute_s in enumerate((0.18, 0.10, 0.12)):  # 100 samples: 1.8 ms, then 1.0 and 1.2 ms a sample
-        book.record(np.array([0, 1]), float(i), np.array([compute_s] * 2), 0.01 * (5 if i == 0 else 1),
-                    np.array([100, 100]), off)
-    assert book.unsized([0, 1], off, 3) == []
-    summary = book.summaries(3.0, off)[0]
-    assert summary.reports == 3
-    assert summary.per_sample_s == pytest.approx(0.0011) and summary.sizing_per_sample_s == pytest.approx(0.0011)
-    assert summary.comm_s == pytest.approx(0.02)
-    book.forget(1)  # restarted: its first report is a warm-up again, read alone until it has another
-    book.record(np.array([1]), 4.0, np.array([0.2]), 0.01, np.array([100]), off)
-    assert book.summaries(4.0, off)[1].per_sample_s == pytest.approx(0.002)
-    book.record(np.array([1]), 5.0, np.array([0.1]), 0.01, np.array([100]), off)
-    assert book.summaries(5.0, off)[1].per_sample_s == pytest.approx(0.001)
-    assert book.summaries(5.0, off)[1].reports == 2
 
 
 def test_sizing_above_lists_the_workers_whose_newest_reports_median_passes_their_threshold():

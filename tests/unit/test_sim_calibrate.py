@@ -64,9 +64,6 @@ def test_run_calibration_writes_the_host_the_noise_and_the_resize_cost(tmp_path,
         (out / "result.json").write_text(json.dumps(result))
         (out / "curve.csv").write_text("time_s,version,metric\n0.0,0,0.1\n1.0,3,0.5\n20.0,60,0.95\n")
         (out / "events.jsonl").write_text(json.dumps({"kind": "target_reached", "version": 60}) + "\n")
-        rows = [(w, i, 0.64 * (1.8 if i == 1 else 1.0 + 0.01 * i)) for w in range(2) for i in range(1, 5)]
-        (out / "iterations.csv").write_text("worker,iteration,compute_s,batch_size\n" + "".join(
-            f"{w},{i},{c},64\n" for w, i, c in rows))
         return result
 
     monkeypatch.setattr(star.launch, "launch", fake_launch)
@@ -79,16 +76,3 @@ def test_run_calibration_writes_the_host_the_noise_and_the_resize_cost(tmp_path,
     assert cost["base_compute_s"] == pytest.approx(0.2 / max(1.0, 4 / cores), abs=1e-6)
     assert cost["resize_s"] == pytest.approx(0.1 * cost["base_compute_s"], abs=1e-6)
     assert cost["compute_noise_cv"] == pytest.approx(0.1)
-    assert cost["warmup_factor"] == pytest.approx(1.8 / 1.03, abs=1e-3)  # iteration 1 over the median of 2-4
-
-
-def test_the_warm_up_is_the_first_iteration_over_the_workers_later_ones_per_sample():
-    from star.sim.calibrate import warmup_ratio
-
-    def row(worker, iteration, compute_s, batch=64):
-        return {"worker": str(worker), "iteration": str(iteration), "compute_s": str(compute_s), "batch_size": str(batch)}
-
-    rows = [row(0, 1, 0.36), row(0, 2, 0.2), row(0, 3, 0.1, 32), row(0, 4, 0.0, 0),  # 2 samples/ms later, 1.8x first
-            row(1, 1, 0.4), row(1, 2, 0.2), row(1, 3, 0.2)]
-    assert warmup_ratio(rows) == pytest.approx((1.8 + 2.0) / 2)
-    assert warmup_ratio([row(0, 1, 0.36)]) == 1.0 and warmup_ratio([]) == 1.0
