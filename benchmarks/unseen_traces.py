@@ -8,7 +8,9 @@ coordinator, calibrated on digits), traces with seeds and parameters those table
 
 - generated (star.sim.generators), per `--generator-seeds` seed 1..N: a wider static spread,
   transient stragglers at 2x and 5x, rotation every 10 iterations at 3x and every 40 at 2x,
-  heavier tails (alpha 2.5 and 1.5), contention on 2 hosts;
+  heavier tails (alpha 2.5 and 1.5), contention on 2 hosts; and the held-out shapes (generators.HELD_OUT,
+  written after the policies were tuned): a worker flapping 3x 2-on-2-off and 2x 3-on-3-off, ramps to 3x over 40
+  iterations and to 2x over 60 (a slow drift), per-iteration jitter up to 1.4x on every worker, 3x bursts of 3 in every 10;
 - each `--traces` file (e.g. the Alibaba PAI jobs) on `--subsets` random worker subsets of
   `--workers` at stretches 0.025 and 0.1.
 
@@ -69,6 +71,12 @@ def generated_cases(seeds: int, workers: int) -> list[Case]:
         "heavy_tail a2.5": lambda s: g.heavy_tail(workers, 100, s),
         "heavy_tail a1.5": lambda s: g.heavy_tail(workers, 100, s, alpha=1.5),
         "contention 2 hosts": lambda s: g.contention(workers, 100, s, hosts=2),
+        "flapping 3x 2 on 2 off": lambda s: g.flapping(workers, 100, s),
+        "flapping 2x 3 on 3 off": lambda s: g.flapping(workers, 100, s, factor=2.0, slow=3, fast=3),
+        "ramp to 3x over 40": lambda s: g.ramp(workers, 100, s),
+        "ramp to 2x over 60": lambda s: g.ramp(workers, 100, s, factor=2.0, over=60),
+        "jitter 0.4": lambda s: g.jitter(workers, 100, s),
+        "bursts 3x 3 of 10": lambda s: g.bursts(workers, 100, s),
     }
     return [Case(f"{name} s{seed}", lambda path, make=make, seed=seed: write_simple_csv(make(seed), path))
             for seed in range(1, seeds + 1) for name, make in shapes.items()]

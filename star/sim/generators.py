@@ -13,6 +13,9 @@ import numpy as np
 from star.traces import Trace
 
 SCENARIOS = ("static", "transient", "rotating", "heavy_tail", "contention")
+# Shapes kept out of SCENARIOS (so out of `star bench`'s "synthetic" set), written to check auto on traces unlike the
+# ones its rules were tuned on: `star bench --traces synthetic:NAME` and `python -m benchmarks.unseen_traces` replay them.
+HELD_OUT = ("flapping", "ramp", "jitter", "bursts")
 
 
 def _trace(rows: list[tuple[int, int, float]], workers: int, iterations: int, name: str) -> Trace:
@@ -88,6 +91,46 @@ def contention(workers: int, iterations: int, seed: int = 0, hosts: int = 4, bur
     return _trace(rows, workers, iterations, "contention")
 
 
+def flapping(workers: int, iterations: int, seed: int = 0, factor: float = 3.0, slow: int = 2, fast: int = 2,
+             start: int = 4, worker: int | None = None) -> Trace:
+    """One worker alternates: `factor`x slower for `slow` iterations, full speed for `fast`, from `start` on: a speed
+    that changes faster than decisions act (worker drawn from the seed if None)."""
+    w = int(np.random.default_rng(seed).integers(workers)) if worker is None else worker
+    rows = [(0, w, 1.0)]
+    for begin in range(start, iterations, slow + fast):
+        rows += [(begin, w, factor), (begin + slow, w, 1.0)]
+    return _trace([r for r in rows if r[0] < iterations], workers, iterations, "flapping")
+
+
+def ramp(workers: int, iterations: int, seed: int = 0, factor: float = 3.0, over: int = 40, step: int = 2,
+         worker: int | None = None) -> Trace:
+    """One worker slows gradually, from full speed to `factor`x over the first `over` iterations (a step every
+    `step`), then stays there: a drift with no single jump for a detector to see."""
+    w = int(np.random.default_rng(seed).integers(workers)) if worker is None else worker
+    rows = [(it, w, 1.0 + (factor - 1.0) * min(it, over) / over) for it in range(0, min(over, iterations) + 1, step)]
+    return _trace([r for r in rows if r[0] < iterations], workers, iterations, "ramp")
+
+
+def jitter(workers: int, iterations: int, seed: int = 0, amplitude: float = 0.4) -> Trace:
+    """No straggler: every worker's every iteration slowed by its own factor drawn from [1, 1 + amplitude], a delay
+    no remedy can predict (SSGD pays the slowest draw of each round)."""
+    factors = 1.0 + amplitude * np.random.default_rng(seed).random((iterations, workers))
+    return _trace([(it, w, float(factors[it, w])) for it in range(iterations) for w in range(workers)],
+                  workers, iterations, "jitter")
+
+
+def bursts(workers: int, iterations: int, seed: int = 0, factor: float = 3.0, length: int = 3, every: int = 10,
+           start: int = 5) -> Trace:
+    """Short bursts: every `every` iterations one random worker is `factor`x slower for `length` iterations, gone
+    about as soon as a decision could act on it."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for begin in range(start, iterations, every):
+        w = int(rng.integers(workers))
+        rows += [(begin, w, factor), (begin + length, w, 1.0)]
+    return _trace([r for r in rows if r[0] < iterations], workers, iterations, "bursts")
+
+
 def merged_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Half-open [start, end) intervals joined where they overlap or touch, in order."""
     merged: list[tuple[int, int]] = []
@@ -102,9 +145,9 @@ def merged_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def generate(scenario: str, workers: int, iterations: int, seed: int = 0) -> Trace:
     """A named scenario with its default parameters."""
     makers = {"static": static, "transient": transient, "rotating": rotating, "heavy_tail": heavy_tail,
-              "contention": contention}
+              "contention": contention, "flapping": flapping, "ramp": ramp, "jitter": jitter, "bursts": bursts}
     if scenario not in makers:
-        raise ValueError(f"scenario={scenario!r} is not one of {', '.join(SCENARIOS)}")
+        raise ValueError(f"scenario={scenario!r} is not one of {', '.join(SCENARIOS + HELD_OUT)}")
     return makers[scenario](workers, iterations, seed)
 
 

@@ -129,14 +129,49 @@ def test_amp_strategy_switches_amp_on_for_the_straggler_and_it_speeds_up():
     assert result.result["sim_s"] < baseline.result["sim_s"]
 
 
-@pytest.mark.parametrize("scenario", generators.SCENARIOS)
+@pytest.mark.parametrize("scenario", generators.SCENARIOS + generators.HELD_OUT)
 def test_generators_are_deterministic_per_seed_and_have_the_requested_shape(scenario):
     a = generators.generate(scenario, 12, 500, seed=3)
     assert a.rows() == generators.generate(scenario, 12, 500, seed=3).rows()
     assert a.workers == tuple(range(12)) and a.max_iteration == 500
     assert all(r.factor >= 1.0 for r in a.rows())
-    if scenario != "transient":  # transient with another seed may pick the same worker
+    if scenario not in ("transient", "flapping", "ramp"):  # these draw only a worker, and another seed may draw the same
         assert a.rows() != generators.generate(scenario, 12, 500, seed=4).rows()
+
+
+def test_held_out_shapes_stay_out_of_the_default_synthetic_set():
+    assert not set(generators.HELD_OUT) & set(generators.SCENARIOS)
+    with pytest.raises(ValueError, match="scenario='flap'.*flapping"):
+        generators.generate("flap", 4, 10)
+
+
+def test_a_flapping_worker_alternates_slow_and_fast_spans():
+    trace = generators.flapping(4, 20, factor=3.0, slow=2, fast=2, start=4, worker=3)
+    replay = trace.slowdown_for(3, 4)
+    assert [replay.factor_at(i) for i in range(12)] == [1.0] * 4 + [3.0, 3.0, 1.0, 1.0] * 2
+    assert all(trace.slowdown_for(w, 4).factor_at(i) == 1.0 for w in range(3) for i in range(20))
+
+
+def test_a_ramp_rises_in_steps_to_its_factor_and_stays_there():
+    replay = generators.ramp(4, 100, factor=3.0, over=40, step=2, worker=1).slowdown_for(1, 4)
+    values = [replay.factor_at(i) for i in range(100)]
+    assert values[0] == 1.0 and values[20] == pytest.approx(2.0) and values[40:] == [3.0] * 60
+    assert all(b >= a for a, b in zip(values, values[1:]))
+
+
+def test_jitter_slows_every_worker_within_its_amplitude_and_never_the_same_way_twice():
+    trace = generators.jitter(4, 50, seed=1, amplitude=0.4)
+    for w in range(4):
+        values = [trace.slowdown_for(w, 4).factor_at(i) for i in range(50)]
+        assert all(1.0 <= v <= 1.4 for v in values) and len(set(values)) > 40
+
+
+def test_bursts_slow_one_worker_at_a_time_for_their_length():
+    trace = generators.bursts(4, 60, seed=2, factor=3.0, length=3, every=10, start=5)
+    slow = [[w for w in range(4) if trace.slowdown_for(w, 4).factor_at(i) > 1.0] for i in range(60)]
+    for i in range(60):
+        in_burst = i >= 5 and (i - 5) % 10 < 3
+        assert len(slow[i]) == (1 if in_burst else 0)
 
 
 def test_a_host_under_overlapping_contention_bursts_stays_slow_until_the_last_burst_ends():
