@@ -30,6 +30,11 @@ def _trace(rows: list[tuple[int, int, float]], workers: int, iterations: int, na
     return Trace.from_rows(rows, source=name)
 
 
+def _straggler(workers: int, seed: int, worker: int | None) -> int:
+    """The one slow worker of a single-straggler shape: `worker`, or drawn from the seed."""
+    return int(np.random.default_rng(seed).integers(workers)) if worker is None else worker
+
+
 def static(workers: int, iterations: int, seed: int = 0, spread: float = 0.5) -> Trace:
     """Static heterogeneity: each worker a fixed factor drawn from [1, 1 + spread]."""
     rng = np.random.default_rng(seed)
@@ -40,8 +45,7 @@ def static(workers: int, iterations: int, seed: int = 0, spread: float = 0.5) ->
 def transient(workers: int, iterations: int, seed: int = 0, factor: float = 3.0, start_frac: float = 0.25,
               end_frac: float = 0.75, worker: int | None = None) -> Trace:
     """One straggler, `factor`x slower for the middle of the run (worker drawn from the seed if None)."""
-    rng = np.random.default_rng(seed)
-    w = int(rng.integers(workers)) if worker is None else worker
+    w = _straggler(workers, seed, worker)
     start, end = int(iterations * start_frac), int(iterations * end_frac)
     return _trace([(0, w, 1.0), (start, w, factor), (end, w, 1.0)], workers, iterations, "transient")
 
@@ -95,7 +99,7 @@ def flapping(workers: int, iterations: int, seed: int = 0, factor: float = 3.0, 
              start: int = 4, worker: int | None = None) -> Trace:
     """One worker alternates: `factor`x slower for `slow` iterations, full speed for `fast`, from `start` on: a speed
     that changes faster than decisions act (worker drawn from the seed if None)."""
-    w = int(np.random.default_rng(seed).integers(workers)) if worker is None else worker
+    w = _straggler(workers, seed, worker)
     rows = [(0, w, 1.0)]
     for begin in range(start, iterations, slow + fast):
         rows += [(begin, w, factor), (begin + slow, w, 1.0)]
@@ -106,7 +110,7 @@ def ramp(workers: int, iterations: int, seed: int = 0, factor: float = 3.0, over
          worker: int | None = None) -> Trace:
     """One worker slows gradually, from full speed to `factor`x over the first `over` iterations (a step every
     `step`), then stays there: a drift with no single jump for a detector to see."""
-    w = int(np.random.default_rng(seed).integers(workers)) if worker is None else worker
+    w = _straggler(workers, seed, worker)
     rows = [(it, w, 1.0 + (factor - 1.0) * min(it, over) / over) for it in range(0, min(over, iterations) + 1, step)]
     return _trace([r for r in rows if r[0] < iterations], workers, iterations, "ramp")
 
