@@ -10,7 +10,8 @@ coordinator, calibrated on digits), traces with seeds and parameters those table
   transient stragglers at 2x and 5x, rotation every 10 iterations at 3x and every 40 at 2x,
   heavier tails (alpha 2.5 and 1.5), contention on 2 hosts; and the held-out shapes (generators.HELD_OUT,
   written after the policies were tuned): a worker flapping 3x 2-on-2-off and 2x 3-on-3-off, ramps to 3x over 40
-  iterations and to 2x over 60 (a slow drift), per-iteration jitter up to 1.4x on every worker, 3x bursts of 3 in every 10;
+  iterations and to 2x over 60 (a slow drift), per-iteration jitter up to 1.4x on every worker, 3x bursts of 3 in every 10,
+  independent one-iteration spikes (5x on 5% of iterations, 3x on 10%);
 - each `--traces` file (e.g. the Alibaba PAI jobs) on `--subsets` random worker subsets of
   `--workers` at stretches 0.025 and 0.1.
 
@@ -77,6 +78,8 @@ def generated_cases(seeds: int, workers: int) -> list[Case]:
         "ramp to 2x over 60": lambda s: g.ramp(workers, 100, s, factor=2.0, over=60),
         "jitter 0.4": lambda s: g.jitter(workers, 100, s),
         "bursts 3x 3 of 10": lambda s: g.bursts(workers, 100, s),
+        "spikes 5x 5%": lambda s: g.spikes(workers, 100, s),
+        "spikes 3x 10%": lambda s: g.spikes(workers, 100, s, factor=3.0, rate=0.1),
     }
     return [Case(f"{name} s{seed}", lambda path, make=make, seed=seed: write_simple_csv(make(seed), path))
             for seed in range(1, seeds + 1) for name, make in shapes.items()]

@@ -13,7 +13,7 @@ invocation serves every trace (it replays none), and appears under each trace as
 Traces: files (Alibaba PAI or iteration,worker,factor CSV; `--trace-workers` and
 `--trace-stretch` apply to them), `synthetic` (the five seeded scenarios of
 star.sim.generators) or `synthetic:NAME` (those five, or a held-out shape: flapping, ramp, jitter,
-bursts). With `--sim` a file trace with fewer workers
+bursts, spikes). With `--sim` a file trace with fewer workers
 than `--workers` is widened with phase-shifted copies (generators.stretch_workers).
 Every trace actually replayed is written to DIR/traces/ as a CSV a real run can replay.
 
@@ -376,7 +376,7 @@ def run_bench(config: BenchConfig, runner: Callable[..., dict[str, Any]] | None 
 # ---- command line ---------------------------------------------------------------------------
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--traces", nargs="+", required=True, help="trace files, 'synthetic' (five scenarios) or 'synthetic:NAME' "
-                   "(a scenario, or a held-out shape: flapping, ramp, jitter, bursts)")
+                   "(a scenario, or a held-out shape: flapping, ramp, jitter, bursts, spikes)")
     p.add_argument("--trace-workers", default=None, help="file traces: trace workers for run workers 0..N-1, e.g. 3,4,5,6")
     p.add_argument("--trace-stretch", type=float, default=1.0, help="file traces: multiplies trace iteration numbers")
     p.add_argument("--sim", action="store_true", help="simulate (star.sim, calibrated) instead of real local runs")

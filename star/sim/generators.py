@@ -15,7 +15,7 @@ from star.traces import Trace
 SCENARIOS = ("static", "transient", "rotating", "heavy_tail", "contention")
 # Shapes kept out of SCENARIOS (so out of `star bench`'s "synthetic" set), written to check auto on traces unlike the
 # ones its rules were tuned on: `star bench --traces synthetic:NAME` and `python -m benchmarks.unseen_traces` replay them.
-HELD_OUT = ("flapping", "ramp", "jitter", "bursts")
+HELD_OUT = ("flapping", "ramp", "jitter", "bursts", "spikes")
 
 
 def _trace(rows: list[tuple[int, int, float]], workers: int, iterations: int, name: str) -> Trace:
@@ -135,6 +135,18 @@ def bursts(workers: int, iterations: int, seed: int = 0, factor: float = 3.0, le
     return _trace([r for r in rows if r[0] < iterations], workers, iterations, "bursts")
 
 
+def spikes(workers: int, iterations: int, seed: int = 0, factor: float = 5.0, rate: float = 0.05) -> Trace:
+    """Independent one-iteration spikes: each worker's each iteration is `factor`x slower with probability `rate`.
+    Nothing to predict: a cut made on a spike lands after it."""
+    slow = np.random.default_rng(seed).random((iterations, workers)) < rate
+    rows = {}
+    for it, w in zip(*np.nonzero(slow)):
+        rows[(int(it), int(w))] = factor
+        if it + 1 < iterations and not slow[it + 1, w]:
+            rows[(int(it) + 1, int(w))] = 1.0
+    return _trace([(it, w, f) for (it, w), f in rows.items()], workers, iterations, "spikes")
+
+
 def merged_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Half-open [start, end) intervals joined where they overlap or touch, in order."""
     merged: list[tuple[int, int]] = []
@@ -149,7 +161,8 @@ def merged_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def generate(scenario: str, workers: int, iterations: int, seed: int = 0) -> Trace:
     """A named scenario with its default parameters."""
     makers = {"static": static, "transient": transient, "rotating": rotating, "heavy_tail": heavy_tail,
-              "contention": contention, "flapping": flapping, "ramp": ramp, "jitter": jitter, "bursts": bursts}
+              "contention": contention, "flapping": flapping, "ramp": ramp, "jitter": jitter, "bursts": bursts,
+              "spikes": spikes}
     if scenario not in makers:
         raise ValueError(f"scenario={scenario!r} is not one of {', '.join(SCENARIOS + HELD_OUT)}")
     return makers[scenario](workers, iterations, seed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 
 import numpy as np
 import pytest
@@ -172,6 +173,15 @@ def test_bursts_slow_one_worker_at_a_time_for_their_length():
     for i in range(60):
         in_burst = i >= 5 and (i - 5) % 10 < 3
         assert len(slow[i]) == (1 if in_burst else 0)
+
+
+def test_spikes_last_one_iteration_at_their_factor_and_hit_about_their_rate_of_iterations():
+    trace = generators.spikes(4, 500, seed=1, factor=5.0, rate=0.05)
+    values = np.array([[trace.slowdown_for(w, 4).factor_at(i) for w in range(4)] for i in range(500)])
+    assert set(np.unique(values)) == {1.0, 5.0}
+    assert 0.03 < (values == 5.0).mean() < 0.07
+    spans = [len(list(run)) for w in range(4) for slow, run in itertools.groupby(values[:, w] == 5.0) if slow]
+    assert max(spans) <= 3 and np.mean(spans) < 1.2  # back-to-back spikes only by chance (rate 0.05 twice in a row)
 
 
 def test_a_host_under_overlapping_contention_bursts_stays_slow_until_the_last_burst_ends():
