@@ -11,12 +11,12 @@ replay sleeps (factor - 1) x its measured compute), so AMP or a smaller batch al
 shortens a slowed step.
 
 Host contention (host_cores > 0): the workers of one host share its cores. A worker
-starting an iteration shares them with k workers computing at that moment, so its cpu
-time is stretched by max(1, k / host_cores). k counts the workers starting with it on
-its host (a synchronous round releases its members together) plus, for every other
-worker of the host, the fraction of its time it spent computing over its latest
-iteration (its duty: cpu seconds / seconds between its last two starts, waits and
-replay sleeps included). So a straggler that sleeps, or workers that wait for a round,
+starting an iteration alone shares them with k workers computing at that moment, so its cpu
+time is stretched by max(1, k / host_cores), k counting, for every other worker of the
+host, the fraction of its time it spent computing over its latest iteration (its duty:
+cpu seconds / seconds between its last two starts, waits and replay sleeps included).
+Workers a synchronous round releases together share the cores as each finishes
+(processor sharing, `shared_stretch`), the others' duty as extra load. So a straggler that sleeps, or workers that wait for a round,
 leave cores to the others — which a real run on a shared host shows, and which makes
 asynchronous modes relatively faster there. base_compute_s is then the cpu seconds of
 a worker computing alone.
@@ -62,19 +62,21 @@ class CostModel:
             t = t * self.rng.lognormal(-0.5 * self._sigma**2, self._sigma, len(t))
         return t
 
-    def stretch(self, workers: np.ndarray, t0: np.ndarray) -> np.ndarray:
-        """Contention factor >= 1 of each starting worker's cpu time (1 everywhere without host_cores)."""
+    def stretch(self, workers: np.ndarray, t0: np.ndarray, cpu: np.ndarray | None = None) -> np.ndarray:
+        """Contention factor >= 1 of each starting worker's cpu time (1 everywhere without host_cores). Workers
+        released together share their host's cores as it shares them (processor sharing, `shared_stretch`): one
+        that finishes first leaves its core to the rest, so uneven batches cost only their uneven share of the
+        host's work, not the largest batch at the stretch of the busiest moment."""
         cores = self.config.host_cores
         if cores <= 0:
             return np.ones(len(workers))
         hosts = self.host[workers]
         duty_sum = np.bincount(self.host, weights=self.duty, minlength=self.hosts)
         if len(workers) > 1 and np.all(t0 == t0[0]):  # released together: each counts fully
-            together = np.bincount(hosts, minlength=self.hosts)
             their_duty = np.bincount(hosts, weights=self.duty[workers], minlength=self.hosts)
-            k = together[hosts] + duty_sum[hosts] - their_duty[hosts]
-        else:
-            k = 1.0 + duty_sum[hosts] - self.duty[workers]
+            others = (duty_sum - their_duty)[hosts]
+            return shared_stretch(np.ones(len(workers)) if cpu is None else cpu, hosts, cores, others)
+        k = 1.0 + duty_sum[hosts] - self.duty[workers]
         return np.maximum(1.0, k / cores)
 
     def start(self, workers: np.ndarray, t0: np.ndarray, iterations: np.ndarray, amp: np.ndarray,
@@ -85,7 +87,7 @@ class CostModel:
             elapsed = t0 - self.last_start[workers]
             seen = elapsed > 0
             self.duty[workers[seen]] = np.minimum(1.0, self.last_cpu[workers[seen]] / elapsed[seen])
-            self.last_stretch[workers] = self.stretch(workers, t0)
+            self.last_stretch[workers] = self.stretch(workers, t0, cpu)
             cpu = cpu * self.last_stretch[workers]
             self.last_start[workers] = t0
             self.last_cpu[workers] = cpu
@@ -124,3 +126,23 @@ class CostModel:
     def fixed_s(self) -> float:
         """Seconds of an iteration that are not compute: pull + push + overhead."""
         return 2 * self.config.transfer_s + self.config.overhead_s
+
+
+def shared_stretch(cpu: np.ndarray, hosts: np.ndarray, cores: float, others: np.ndarray) -> np.ndarray:
+    """Per worker, (its finishing time) / (its cpu seconds) when the workers of each host start together and share
+    its `cores` equally (plus `others`, the host's other workers' load, as busy workers): while m of them compute,
+    each runs at min(1, cores / (m + others)). Equal cpu gives max(1, (n + others) / cores), the old uniform stretch."""
+    order = np.lexsort((cpu, hosts))
+    c, h, load = cpu[order], hosts[order], others[order]
+    first = np.r_[True, h[1:] != h[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(c)), 0))
+    size = np.bincount(start, minlength=len(c))[start]  # workers of this worker's host in the release
+    remaining = size - (np.arange(len(c)) - start)  # computing while this worker's last stretch runs
+    step = np.where(first, c, np.diff(c, prepend=0.0))
+    elapsed = step / np.minimum(1.0, cores / (remaining + load))
+    total = np.cumsum(elapsed)
+    finish = total - np.r_[0.0, total][start]  # cumulative within the host
+    out = np.empty(len(c))
+    out[order] = finish / np.where(c > 0, c, 1.0)
+    return np.maximum(1.0, out)
+

@@ -7,7 +7,7 @@ import pytest
 
 from star.sim import Simulation, sim_config
 from star.sim.config import CostConfig
-from star.sim.cost import CostModel
+from star.sim.cost import CostModel, shared_stretch
 from star.sim.replay import FactorTable
 from star.config import ConfigError
 from star.traces import Trace
@@ -47,6 +47,29 @@ def test_workers_released_together_share_the_hosts_cores():
     assert own.start(everyone, zeros, *args) == pytest.approx(np.full(4, BASE_S))
     two_hosts = model(host_cores=2.0, workers_per_host=2)  # two workers per 2-core host: no contention
     assert two_hosts.start(everyone, zeros, *args) == pytest.approx(np.full(4, BASE_S))
+
+
+def test_workers_released_together_with_uneven_batches_share_the_cores_as_each_finishes():
+    """Processor sharing: the smallest batch finishes first and leaves its core to the rest, so uneven batches on a
+    shared host cost their uneven share of its work, not the largest batch at the stretch of the busiest moment."""
+    m = model(host_cores=2.0, workers_per_host=4)
+    batches = np.array([28, 76, 74, 78])
+    done = m.start(np.arange(4), np.zeros(4), np.zeros(4, dtype=np.int64), np.zeros(4, dtype=bool), batches)
+    unit = BASE_S / 64
+    # 4 on 2 cores until 28 samples are done (56 units), 3 on 2 until 74 (+69), then each alone: 127 and 129
+    assert done == pytest.approx(unit * np.array([56, 127, 125, 129]))
+    assert done.max() == pytest.approx(unit * 129)  # even batches: 128 units; the old uniform stretch gave 156
+
+
+@pytest.mark.parametrize("cpu, hosts, others, expected", [
+    ([1.0, 1.0, 1.0, 1.0], [0, 0, 0, 0], [0.0] * 4, [2.0] * 4),  # equal: the old uniform stretch (n / cores)
+    ([1.0, 1.0, 2.0], [0, 0, 0], [0.0] * 3, [1.5, 1.5, 1.25]),
+    ([2.0, 1.0, 3.0], [1, 1, 1], [0.5] * 3, [1.5, 1.75, 4 / 3]),  # a busy host mate counts as half a worker
+    ([1.0, 1.0, 1.0, 1.0], [0, 0, 1, 1], [0.0] * 4, [1.0] * 4),  # two per 2-core host: nobody waits
+])
+def test_shared_stretch_is_each_workers_finishing_time_under_processor_sharing_over_its_cpu(cpu, hosts, others, expected):
+    got = shared_stretch(np.array(cpu), np.array(hosts), 2.0, np.array(others))
+    assert got == pytest.approx(expected)
 
 
 def test_a_worker_that_mostly_waits_leaves_its_cores_to_the_others():
