@@ -16,8 +16,8 @@ time is stretched by max(1, k / host_cores), k counting, for every other worker 
 host, the fraction of its time it spent computing over its latest iteration (its duty:
 cpu seconds / seconds between its last two starts, waits and replay sleeps included).
 Workers a synchronous round releases together share the cores as each finishes
-(processor sharing, `shared_stretch`), the others' duty as extra load. So a straggler that sleeps, or workers that wait for a round,
-leave cores to the others — which a real run on a shared host shows, and which makes
+(processor sharing, `shared_stretch`), the others' duty as extra load. So a straggler
+that sleeps, or workers that wait for a round, leave cores to the others — which a real run on a shared host shows, and which makes
 asynchronous modes relatively faster there. base_compute_s is then the cpu seconds of
 a worker computing alone.
 """
