@@ -17,9 +17,9 @@ host, the fraction of its time it spent computing over its latest iteration (its
 cpu seconds / seconds between its last two starts, waits and replay sleeps included).
 Workers a synchronous round releases together share the cores as each finishes
 (processor sharing, `shared_stretch`), the others' duty as extra load. So a straggler
-that sleeps, or workers that wait for a round, leave cores to the others — which a real run on a shared host shows, and which makes
-asynchronous modes relatively faster there. base_compute_s is then the cpu seconds of
-a worker computing alone.
+that sleeps, or workers that wait for a round, leave cores to the others — which a real
+run on a shared host shows, and which makes asynchronous modes relatively faster there.
+base_compute_s is then the cpu seconds of a worker computing alone.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class CostModel:
 
     def stretch(self, workers: np.ndarray, t0: np.ndarray, cpu: np.ndarray | None = None) -> np.ndarray:
         """Contention factor >= 1 of each starting worker's cpu time (1 everywhere without host_cores). Workers
-        released together share their host's cores as it shares them (processor sharing, `shared_stretch`): one
+        released together share their host's cores as its scheduler does (processor sharing, `shared_stretch`): one
         that finishes first leaves its core to the rest, so uneven batches cost only their uneven share of the
         host's work, not the largest batch at the stretch of the busiest moment."""
         cores = self.config.host_cores
@@ -145,4 +145,3 @@ def shared_stretch(cpu: np.ndarray, hosts: np.ndarray, cores: float, others: np.
     out = np.empty(len(c))
     out[order] = finish / np.where(c > 0, c, 1.0)
     return np.maximum(1.0, out)
-
