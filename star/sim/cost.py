@@ -62,7 +62,7 @@ class CostModel:
             t = t * self.rng.lognormal(-0.5 * self._sigma**2, self._sigma, len(t))
         return t
 
-    def stretch(self, workers: np.ndarray, t0: np.ndarray, cpu: np.ndarray | None = None) -> np.ndarray:
+    def stretch(self, workers: np.ndarray, t0: np.ndarray, cpu: np.ndarray) -> np.ndarray:
         """Contention factor >= 1 of each starting worker's cpu time (1 everywhere without host_cores). Workers
         released together share their host's cores as its scheduler does (processor sharing, `shared_stretch`): one
         that finishes first leaves its core to the rest, so uneven batches cost only their uneven share of the
@@ -75,7 +75,7 @@ class CostModel:
         if len(workers) > 1 and np.all(t0 == t0[0]):  # released together: each counts fully
             their_duty = np.bincount(hosts, weights=self.duty[workers], minlength=self.hosts)
             others = (duty_sum - their_duty)[hosts]
-            return shared_stretch(np.ones(len(workers)) if cpu is None else cpu, hosts, cores, others)
+            return shared_stretch(cpu, hosts, cores, others)
         k = 1.0 + duty_sum[hosts] - self.duty[workers]
         return np.maximum(1.0, k / cores)
 
