@@ -26,6 +26,7 @@ from star.policy.controller import STRATEGIES, ControlConfig, initial_mode
 from star.tta import EvalConfig
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
+ASYNC_MOMENTUM_RULES = ("matched", "fixed")
 NONFINITE_POLICIES = ("reject", "skip")
 TRANSPORTS = ("auto", "shm", "socket", "grpc")  # how worker<->PS payloads move (star/shm.py, star/rpc/socket_channel.py, star/rpc/ps_client.py)
 WIRES = tuple(WIRE_ELEMENT_BYTES)  # payload dtypes on the gRPC wire
@@ -61,6 +62,10 @@ class OptimizerConfig:
     beta1: float = 0.9  # Adam/AdamW first-moment decay
     beta2: float = 0.999  # Adam/AdamW second-moment decay
     eps: float = 1e-8  # Adam/AdamW denominator epsilon
+    # SGD momentum while a plan's groups update on their own (asgd, ssp, grouped, exclude): matched (lowered so
+    # that with the momentum asynchrony adds the horizon stays the configured one; star.optim.matched_momentum)
+    # | fixed (the configured momentum under every plan)
+    async_momentum: str = "matched"
 
     def __post_init__(self) -> None:
         _require(self.name is None or self.name in OPTIMIZERS, "optimizer.name", self.name, f"one of {OPTIMIZERS}")
@@ -70,6 +75,8 @@ class OptimizerConfig:
         _require(0 <= self.beta1 < 1, "optimizer.beta1", self.beta1, "in [0, 1)")
         _require(0 <= self.beta2 < 1, "optimizer.beta2", self.beta2, "in [0, 1)")
         _require(self.eps > 0, "optimizer.eps", self.eps, "must be > 0")
+        _require(self.async_momentum in ASYNC_MOMENTUM_RULES, "optimizer.async_momentum", self.async_momentum,
+                 f"one of {ASYNC_MOMENTUM_RULES}")
 
     def resolved(self, name: str, lr: float, momentum: float) -> "OptimizerConfig":
         """Fill unset fields with a task's defaults."""

@@ -238,7 +238,7 @@ class ControlLoop:
         if not reports.workers or plan is None:
             return Actions(move=move) if move is not None else NOTHING
         try:
-            decision = self.controller.decide(self.period, plan, reports.workers, ps.b_noise, layout)
+            decision = self.controller.decide(self.period, plan, reports.workers, ps.b_noise, layout, now_s)
         except Exception as exc:  # noqa: BLE001 - a policy bug must not silently end all control
             event = Event("control_error", {"error": repr(exc), "reason": "decision skipped; control goes on"})
             return Actions(move=move, events=(event,), error=exc)

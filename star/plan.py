@@ -293,3 +293,17 @@ def _check_workers(workers: Sequence[int]) -> tuple[int, ...]:
     if len(set(workers)) != len(workers):
         raise PlanError(f"workers {workers} has duplicates")
     return workers
+
+
+def without_workers(plan: SyncPlan, gone: frozenset[int]) -> SyncPlan:
+    """The plan minus lost workers (empty groups disappear, quorums shrink to fit).
+    When every worker is gone the plan stays as it is: there is nobody to synchronise."""
+    if set(plan.workers) <= gone:
+        return plan
+    groups, quorum = [], []
+    for group, q in zip(plan.groups, plan.quorum):
+        kept = tuple(w for w in group if w not in gone)
+        if kept:
+            groups.append(kept)
+            quorum.append(min(q, len(kept)))
+    return dataclasses.replace(plan, groups=tuple(groups), quorum=tuple(quorum))

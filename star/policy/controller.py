@@ -22,7 +22,7 @@ from typing import Any, Mapping, NamedTuple
 
 from star.errors import ConfigError
 from star.detect import DetectorConfig, StragglerDetector, finishes_early
-from star.plan import SyncPlan, with_epoch, with_pace, with_tree
+from star.plan import SyncPlan, with_epoch, with_pace, with_tree, without_workers
 from star.policy.amp import AmpConfig, AmpDecision, AmpPolicy
 from star.policy.batch import back_to_even, BatchConfig, BatchPlanError, predicted_gain, solve_batch_sizes
 from star.policy.batch_guard import BatchGuard
@@ -30,7 +30,7 @@ from star.policy.combine import amp_gain_under_batch, Sizes
 from star.policy.learned import LearnedSelector, load_model
 from star.policy.plan_scores import estimate
 from star.policy.exclusion import ExclusionPolicy
-from star.policy.selector import HeuristicSelector, SelectorConfig, same_shape, with_task_penalty
+from star.policy.selector import HeuristicSelector, PricedTimes, SelectorConfig, same_shape, with_task_penalty
 from star.policy.speeds import noise_z_for, SpeedTracker, resolvable_speeds
 from star.policy.traffic import PsLayout, TrafficConfig, TrafficGuard
 
@@ -124,20 +124,6 @@ class ControlDecision:
     events: list[dict[str, Any]]
 
 
-def without_workers(plan: SyncPlan, gone: frozenset[int]) -> SyncPlan:
-    """The plan minus lost workers (empty groups disappear, quorums shrink to fit).
-    When every worker is gone the plan stays as it is: there is nobody to synchronise."""
-    if set(plan.workers) <= gone:
-        return plan
-    groups, quorum = [], []
-    for group, q in zip(plan.groups, plan.quorum):
-        kept = tuple(w for w in group if w not in gone)
-        if kept:
-            groups.append(kept)
-            quorum.append(min(q, len(kept)))
-    return dataclasses.replace(plan, groups=tuple(groups), quorum=tuple(quorum))
-
-
 class Controller:
     def __init__(self, config: ControlConfig, num_workers: int, base_batch: int):
         self.config = config
@@ -162,6 +148,7 @@ class Controller:
         self.lost: set[int] = set()
         self.judged: set[int] = set()  # workers that have had enough reports to be judged at least once
         self.base_plan: SyncPlan | None = None  # the first plan seen: what a rejoining worker goes back to
+        self.priced_times = PricedTimes(config.decision_period_s)  # what a switch to a new plan is backed with
 
     def silence_limit_s(self, s: WorkerSummary) -> float:
         """lost_after_s, or lost_after_steps of its own recent steps where longer (a big model's step can exceed 20 s)."""
@@ -170,8 +157,9 @@ class Controller:
         return max(self.config.lost_after_s, self.config.lost_after_steps * (s.per_sample_s * s.batch_size + s.comm_s))
 
     def decide(self, period: int, current: SyncPlan, workers: Mapping[int, WorkerSummary], b_noise: float = 0.0,
-               layout: PsLayout | None = None) -> ControlDecision:
-        """`layout`: the PS shards' hosts and their latest resource samples (None: unknown, no traffic policy)."""
+               layout: PsLayout | None = None, now_s: float | None = None) -> ControlDecision:
+        """`layout`: the PS shards' hosts and their latest resource samples (None: unknown, no traffic policy).
+        `now_s`: the decision's time (what a plan switch is backed with: star.policy.selector.PricedTimes)."""
         c = self.config
         events: list[dict[str, Any]] = []
         if self.base_plan is None:
@@ -262,7 +250,7 @@ class Controller:
                                           correcting, frozenset(amp))
                 self._sized_on_estimate |= estimated_now & set(batch)  # one set earlier stays due while its worker is held
 
-        plan = self._plan(period, current, active, detection.stragglers, b_noise, events, self.amp.verifying())
+        plan = self._plan(period, current, active, detection.stragglers, b_noise, events, self.amp.verifying(), now_s)
         if plan is not None:  # a new mode keeps how gradients travel: pacing and trees are the traffic guard's
             plan = with_tree(with_pace(plan, current.push_pace_bytes_per_s), current.tree_fanout)
         if layout is not None and layout.hosts:
@@ -474,7 +462,8 @@ class Controller:
         return {w: s.comm_s + per_sample[w] * batch[w] for w, s in active.items()}, batch
 
     def _plan(self, period: int, current: SyncPlan, active: Mapping[int, WorkerSummary], stragglers: frozenset[int],
-              b_noise: float, events: list[dict[str, Any]], verifying: frozenset[int] = frozenset()) -> SyncPlan | None:
+              b_noise: float, events: list[dict[str, Any]], verifying: frozenset[int] = frozenset(),
+              now_s: float | None = None) -> SyncPlan | None:
         workers = tuple(w for w in range(self.num_workers) if w not in self.lost)
         if self.config.exclude:
             plan, reason = self.exclusion.decide(period, without_workers(current, frozenset(self.lost)),
@@ -483,15 +472,17 @@ class Controller:
                 events.append({"kind": "plan_decision", "mode": plan.label, "stragglers": sorted(stragglers), "reason": reason})
             return plan
         if self.config.selector:
+            times, batch = self._plan_inputs(active)
+            previous = self.priced_times.record(times, now_s)  # a plan shaped by the slow set must win at these too
             if verifying & set(workers):
                 return None  # a worker's speed is about to change (AMP being verified): plans compared now would be stale
             if not stragglers and self.base_plan is not None and same_shape(current, self.base_plan):
                 return None  # the base plan is left only for a detected straggler, not for one period's slow reports
-            args = (period, without_workers(current, frozenset(self.lost)), *self._plan_inputs(active), stragglers, b_noise)
+            args = (period, without_workers(current, frozenset(self.lost)), times, batch, stragglers, b_noise)
             if isinstance(self.selector, LearnedSelector):
-                decision = self.selector.decide(*args, comm_s={w: s.comm_s for w, s in active.items()})
+                decision = self.selector.decide(*args, comm_s={w: s.comm_s for w, s in active.items()}, previous_iter_time_s=previous)
             else:
-                decision = self.selector.decide(*args)
+                decision = self.selector.decide(*args, previous_iter_time_s=previous)
             if decision.plan is not None:
                 events.append({"kind": "plan_decision", "mode": decision.plan.label, "reason": decision.reason,
                                "b_noise": round(b_noise, 2),

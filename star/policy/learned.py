@@ -43,7 +43,7 @@ from star.detect import DetectorConfig
 from star.plan import SyncPlan, ssgd
 from star.policy.candidates import candidate_plans
 from star.policy.plan_scores import Estimate, estimate
-from star.policy.selector import HeuristicSelector, ModeDecision, SelectorConfig, same_shape
+from star.policy.selector import HeuristicSelector, ModeDecision, SelectorConfig, same_shape, unconfirmed
 
 MODEL_FORMAT = "star-gbt-v1"
 SHIPPED_MODEL = "selector.json"  # in star/policy/models/
@@ -221,13 +221,14 @@ class LearnedSelector:
         self._last_switch = -(10**9)
 
     def decide(self, period: int, current: SyncPlan, iter_time_s: Mapping[int, float], batch: Mapping[int, int],
-               stragglers: frozenset[int], b_noise: float = 0.0, comm_s: Mapping[int, float] | None = None) -> ModeDecision:
+               stragglers: frozenset[int], b_noise: float = 0.0, comm_s: Mapping[int, float] | None = None,
+               previous_iter_time_s: Mapping[int, float] | None = None) -> ModeDecision:
         workers = current.workers
         if any(w not in iter_time_s for w in workers):
             return ModeDecision(None, "waiting for timings from every worker", ())
         lo, hi = self.model.ranges.get("workers", (-math.inf, math.inf))
         if not lo <= len(workers) <= hi:  # checked first: the other features cost O(N) statistics, wasted on a fallback
-            return self._fallback(period, current, iter_time_s, batch, stragglers, b_noise,
+            return self._fallback(period, current, iter_time_s, batch, stragglers, b_noise, previous_iter_time_s,
                                   f"workers={len(workers):.4g} not in [{lo:.4g}, {hi:.4g}]")
         times = {w: iter_time_s[w] for w in workers}
         penalty = self.config.penalty  # the task's (or configured) penalty, as the heuristic weighs plans
@@ -235,7 +236,7 @@ class LearnedSelector:
         bad = self.model.out_of_range(decision)
         if bad or plan_family(current) is None or len(workers) < 2:
             why = "; ".join(bad) if bad else f"current plan {current.label!r} is not a family the model knows"
-            return self._fallback(period, current, iter_time_s, batch, stragglers, b_noise, why)
+            return self._fallback(period, current, iter_time_s, batch, stragglers, b_noise, previous_iter_time_s, why)
         plans = [p for p in candidate_plans(workers, stragglers, times, self.config.modes) if not same_shape(p, current)]
         plans.append(current)
         heuristic = [estimate(p, times, batch, b_noise, penalty) for p in plans]
@@ -254,12 +255,15 @@ class LearnedSelector:
         if gain < self.config.margin:
             return ModeDecision(None, f"learned: best {best.plan.label} gains only {gain:.1%} over {current.label} "
                                       f"(margin {self.config.margin:.0%})", estimates)
+        why_not = unconfirmed(best.plan, current, previous_iter_time_s, batch, b_noise, penalty, self.config.margin)
+        if why_not is not None:
+            return ModeDecision(None, f"learned: {why_not}", estimates)
         self._last_switch = period
         return ModeDecision(best.plan, f"learned: {best.plan.label} {best.seconds_per_progress:.4f} s/step beats "
                                        f"{current.label} {now.seconds_per_progress:.4f} by {gain:.1%}", estimates)
 
-    def _fallback(self, period, current, iter_time_s, batch, stragglers, b_noise, why: str) -> ModeDecision:
+    def _fallback(self, period, current, iter_time_s, batch, stragglers, b_noise, previous_iter_time_s, why: str) -> ModeDecision:
         self.heuristic._last_switch = self._last_switch
-        d = self.heuristic.decide(period, current, iter_time_s, batch, stragglers, b_noise)
+        d = self.heuristic.decide(period, current, iter_time_s, batch, stragglers, b_noise, previous_iter_time_s)
         self._last_switch = self.heuristic._last_switch
         return ModeDecision(d.plan, f"heuristic fallback ({why}): {d.reason}", d.estimates)

@@ -8,6 +8,7 @@ force by `margin`, and not sooner than `min_dwell` decisions after the last one.
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -25,8 +26,8 @@ class SelectorConfig:
     min_dwell: int = 3  # decisions to wait after a switch before the next one
     # Progress factor 1/(1 + penalty·staleness). None: the task's measured penalty (star calibrate; shipped for
     # built-in tasks, star.task_calibration), else DEFAULT_STALENESS_PENALTY. How much a stale update is worth is
-    # a property of the task: digits measured 0.88, and at the default 0.15 the selector sent auto to k-of-N or
-    # grouped plans that needed 2-3x the updates it predicted.
+    # a property of the task: digits measured 0.88 (0.45 since the PSs match momentum to asynchrony), and at the
+    # default 0.15 the selector sent auto to k-of-N or grouped plans that needed 2-3x the updates it predicted.
     staleness_penalty: float | None = None
     modes: tuple[str, ...] = ("ssgd", "kofn", "grouped", "exclude", "asgd")  # candidates considered
 
@@ -79,6 +80,60 @@ def _same_rounds(plan: SyncPlan, estimates: Sequence[Estimate]) -> Estimate | No
     return None
 
 
+def full_sync(plan: SyncPlan) -> bool:
+    """One group that waits for all its workers: SSGD, the plan no slow set shapes."""
+    return len(plan.groups) == 1 and plan.quorum[0] == len(plan.groups[0])
+
+
+def unconfirmed(best: SyncPlan, current: SyncPlan, previous_iter_time_s: Mapping[int, float] | None,
+                batch: Mapping[int, int], b_noise: float, penalty: float, margin: float) -> str | None:
+    """Why a switch to `best` is not backed by earlier iteration times (None: it is, or `best` is full
+    synchronisation, which needs no backing). The controller passes each worker's times of at least one
+    decision period before (`PricedTimes`).
+
+    A grouped, k-of-N or asynchronous plan is built around who is slow now, and pays only while they stay
+    slow; a switch costs a round of refused pushes. Where slowdowns move from worker to worker every second
+    or two (1,000 simulated workers on job_1: 9 plan switches in 23 s, 5 of them from one grouping to
+    another), the plan chosen on one decision's times is stale by the next. So a plan shaped by the slow set
+    must beat the plan in force by the margin at the earlier times too: a slow set seen once waits; one that
+    lasts is acted on then. k-of-N waits for no one in particular, so anyone slow then backs it."""
+    if full_sync(best) or previous_iter_time_s is None:  # None: the caller keeps no history, asks no backing
+        return None
+    if _missing_timings(best.workers, previous_iter_time_s) or _missing_timings(current.workers, previous_iter_time_s):
+        return f"{best.label} waits: no earlier iteration times of every worker to confirm it"
+    then = estimate(best, previous_iter_time_s, batch, b_noise, penalty).seconds_per_progress
+    was = estimate(current, previous_iter_time_s, batch, b_noise, penalty).seconds_per_progress
+    gain = 1 - then / was
+    if gain < margin:
+        return (f"{best.label} would have gained only {gain:.1%} over {current.label} at the earlier "
+                f"iteration times (margin {margin:.0%}): the slow set it is built on is new")
+    return None
+
+
+class PricedTimes:
+    """Each worker's last priced iteration time, kept over the clock, so that a plan shaped by the slow set can
+    be checked against the times of at least `age_s` before (`unconfirmed`). Decisions also come early, on
+    arrivals, a fraction of a second apart: the decision just before would back almost anything."""
+
+    def __init__(self, age_s: float):
+        self.age_s = age_s
+        self._latest: dict[int, float] = {}
+        self._history: deque[tuple[float, dict[int, float]]] = deque()
+
+    def record(self, times: Mapping[int, float], now_s: float | None) -> dict[int, float]:
+        """Take this decision's times; return the newest times at least age_s old ({}: none yet). Without a
+        clock (now_s None), the previous decision's."""
+        previous = self._latest
+        self._latest = {**previous, **times}
+        if now_s is None:
+            return previous
+        self._history.append((now_s, self._latest))
+        while len(self._history) >= 2 and now_s - self._history[1][0] >= self.age_s:
+            self._history.popleft()
+        oldest_s, oldest = self._history[0]
+        return oldest if now_s - oldest_s >= self.age_s else {}
+
+
 @dataclass
 class HeuristicSelector:
     config: SelectorConfig = field(default_factory=SelectorConfig)
@@ -92,7 +147,10 @@ class HeuristicSelector:
         batch: Mapping[int, int],
         stragglers: frozenset[int],
         b_noise: float = 0.0,
+        previous_iter_time_s: Mapping[int, float] | None = None,
     ) -> ModeDecision:
+        """`previous_iter_time_s`: the times of the decision before, which a plan shaped by the slow set
+        must also win at (`unconfirmed`; None: not asked)."""
         workers = current.workers
         if _missing_timings(workers, iter_time_s):
             return ModeDecision(None, "waiting for timings from every worker", ())
@@ -101,7 +159,15 @@ class HeuristicSelector:
         if not estimates:
             return ModeDecision(None, "no candidate plans", ())
         now = _same_rounds(current, estimates) or estimate(current, iter_time_s, batch, b_noise, penalty)
-        return self.choose(period, current, now, estimates)
+        last_switch = self._last_switch
+        decision = self.choose(period, current, now, estimates)
+        if decision.plan is None:
+            return decision
+        why_not = unconfirmed(decision.plan, current, previous_iter_time_s, batch, b_noise, penalty, self.config.margin)
+        if why_not is None:
+            return decision
+        self._last_switch = last_switch  # no switch happened: the dwell still counts from the last real one
+        return ModeDecision(None, why_not, estimates)
 
     def choose(self, period: int, current: SyncPlan, now: Estimate, estimates: Sequence[Estimate]) -> ModeDecision:
         """Switch to the fastest candidate when it beats the current plan (`now`) by the margin and the

@@ -139,7 +139,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
 
     def _carry_out(self, effects: Effects) -> None:
         """Apply, drop, then release: released pulls must see the new parameters."""
-        shard = self.shard
+        shard, plan = self.shard, self.aggregator.plan
         self.waits.settled(effects, None, 0.0)  # forget rounds flushed without a closer
         for apply in effects.applies:
             payloads = self.received.take(apply.gradient_ids)
@@ -148,6 +148,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
                 noise_round = self.noise.begin_round(payloads.gradients, payloads.batch_sizes, payloads.counts,
                                                      payloads.squared_norms)
             assert shard is not None
+            shard.follow_plan(len(plan.groups) if plan is not None else 1)
             left_out = shard.apply(payloads.gradients, apply.scale, payloads.intact, on_sum=noise_round)
             if left_out:
                 self.rejected["overwritten_in_mailbox"] = self.rejected.get("overwritten_in_mailbox", 0) + left_out

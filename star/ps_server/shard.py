@@ -9,7 +9,7 @@ import torch
 
 from star.config import OptimizerConfig
 from star.flat import WIRE_DTYPE, ShardRange, tensor_chunks
-from star.optim import build_optimizer
+from star.optim import build_optimizer, matched_momentum
 from star.ps_server.board import Placement
 
 
@@ -60,8 +60,19 @@ class ShardState:
         self.range = shard
         self.param = torch.nn.Parameter(initial.clone(), requires_grad=True)
         self.optimizer = build_optimizer(optimizer, self.param)
+        self._optimizer_config = optimizer
         self._snapshot: Snapshot | None = None
         self._accumulator: torch.Tensor | None = None  # where gradients summed out of mailboxes go
+
+    def follow_plan(self, independent_groups: int) -> None:
+        """Set SGD's momentum for a plan of `independent_groups` groups that update on their own
+        (optimizer.async_momentum; Adam's beta1 stays as configured)."""
+        config = self._optimizer_config
+        if config.name != "sgd" or config.async_momentum == "fixed" or not config.momentum:
+            return
+        momentum = matched_momentum(config.momentum, independent_groups)
+        for group in self.optimizer.param_groups:
+            group["momentum"] = momentum
 
     def apply(self, gradients: list[torch.Tensor], scale: float,
               intact: Sequence[Callable[[], bool] | None] | None = None,

@@ -26,9 +26,9 @@ pytestmark = pytest.mark.integration
 
 MAX_TIME_S = 90.0
 TARGET = 0.85  # digits' default target is 0.95; every mode training to 0.85 end to end proves the same, sooner
-# Asynchronous modes with SGD momentum 0.9 overshoot early (stale updates add implicit momentum) and
-# oscillate for tens of seconds before they settle: their end-to-end check uses a lower bar.
-MODE_TARGETS = {"ssgd": TARGET, "kofn": TARGET, "grouped": TARGET, "asgd": 0.8, "ssp": 0.7}
+# Asynchronous modes too: their PSs lower SGD's momentum by the momentum asynchrony adds (optimizer.async_momentum).
+# At a fixed 0.9 they overshot and fell back to chance again and again (benchmarks/results/ssp_collapses_29nov).
+MODE_TARGETS = {mode: TARGET for mode in ("ssgd", "kofn", "grouped", "asgd", "ssp")}
 
 
 def _assert_every_gradient_accounted_for(result: dict) -> None:

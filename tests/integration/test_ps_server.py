@@ -64,6 +64,25 @@ def test_ssgd_round_equals_local_sgd_step_on_mean_gradient(cluster):
     assert [s.version for s in clients[0].stats()] == [3, 3]
 
 
+@pytest.mark.parametrize("rule, momentum", [("matched", 0.8), ("fixed", 0.9)])
+def test_an_asynchronous_plan_steps_with_the_momentum_its_rule_gives(cluster, rule, momentum):
+    """Two workers under ASGD add momentum of their own: 'matched' steps at 1 - 2 x (1 - 0.9) = 0.8."""
+    addresses = cluster.start_ps(2, optimizer=("--optimizer.name", "sgd", "--optimizer.lr", "0.5", "--optimizer.momentum", "0.9",
+                                               "--optimizer.async_momentum", rule))
+    initial, clients = _setup(addresses, plan=asgd([0, 1], epoch=1))
+    reference = torch.nn.Parameter(initial.clone())
+    optimizer = torch.optim.SGD([reference], lr=0.5, momentum=momentum)
+    params = torch.empty(NUMEL)
+    for step in range(3):
+        for w, client in enumerate(clients):
+            gradient = torch.randn(NUMEL, generator=torch.Generator().manual_seed(10 * step + w))
+            client.pull(params, timeout_s=10)
+            client.push(gradient, iteration=step, timeout_s=10)
+            reference.grad = gradient / 2  # each update is one gradient over the plan's 2 workers
+            optimizer.step()
+    torch.testing.assert_close(_observe(clients[0]), reference.detach(), rtol=1e-6, atol=1e-6)
+
+
 def test_pull_blocks_until_the_ssgd_round_closes(cluster):
     addresses = cluster.start_ps(1)
     _, clients = _setup(addresses)

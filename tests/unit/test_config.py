@@ -26,6 +26,7 @@ from star.tta import EvalPoint, time_to_target
         ({"plan": {"mode": "grouped", "groups": "0,1;2"}}, "plan."),
         ({"optimizer": {"lr": -0.1}}, "optimizer.lr"),
         ({"optimizer": {"name": "lbfgs"}}, "optimizer.name"),
+        ({"optimizer": {"async_momentum": "off"}}, "optimizer.async_momentum"),
         ({"trace": {"stretch": 0}}, "trace.stretch"),
         ({"trace": {"path": "/nonexistent.csv"}}, "trace.path"),
         ({"workers": "four"}, "workers"),

@@ -10,7 +10,7 @@ import torch
 
 from star.config import OptimizerConfig
 from star.flat import ShardRange
-from star.optim import build_optimizer
+from star.optim import build_optimizer, matched_momentum
 from star.ps_server.shard import ShardState, squared_norm_if_finite, summation_order
 
 
@@ -118,3 +118,35 @@ def test_finite_values_whose_squares_overflow_float32_are_not_taken_for_inf():
     """1e20 squared overflows float32: the check must look at the elements, not at the overflowed dot."""
     gradient = torch.tensor([1e20, -1e20, 1.0])
     assert squared_norm_if_finite(gradient) == pytest.approx(2e40)
+
+
+@pytest.mark.parametrize("momentum, groups, expected", [(0.9, 1, 0.9), (0.9, 2, 0.8), (0.9, 4, 0.6), (0.9, 10, 0.0),
+                                                       (0.9, 64, 0.0), (0.5, 2, 0.0), (0.0, 4, 0.0)])
+def test_matched_momentum_keeps_the_configured_horizon_across_independent_groups(momentum, groups, expected):
+    assert matched_momentum(momentum, groups) == pytest.approx(expected)
+
+
+def test_matched_momentum_refuses_a_plan_without_groups():
+    with pytest.raises(ValueError, match="independent_groups"):
+        matched_momentum(0.9, 0)
+
+
+@pytest.mark.parametrize("config, groups, expected", [
+    (OptimizerConfig(name="sgd", lr=0.1, momentum=0.9), 4, 0.6),
+    (OptimizerConfig(name="sgd", lr=0.1, momentum=0.9), 1, 0.9),
+    (OptimizerConfig(name="sgd", lr=0.1, momentum=0.9, async_momentum="fixed"), 4, 0.9),
+    (OptimizerConfig(name="sgd", lr=0.1, momentum=0.9, nesterov=True), 20, 0.0),
+])
+def test_the_shard_steps_with_the_momentum_of_the_plan_in_force(config, groups, expected):
+    shard = ShardState(ShardRange(0, 0, 8), torch.zeros(8), config)
+    shard.follow_plan(groups)
+    assert [g["momentum"] for g in shard.optimizer.param_groups] == [pytest.approx(expected)]
+    shard.apply([torch.ones(8)], 1.0)  # a step at the lowered momentum (0 under Nesterov too) runs
+    shard.follow_plan(1)  # back to one synchronous group: the configured momentum again
+    assert shard.optimizer.param_groups[0]["momentum"] == pytest.approx(0.9)
+
+
+def test_adams_first_moment_is_left_as_configured_under_an_asynchronous_plan():
+    shard = ShardState(ShardRange(0, 0, 8), torch.zeros(8), OptimizerConfig(name="adam", lr=0.1, beta1=0.9))
+    shard.follow_plan(8)
+    assert shard.optimizer.param_groups[0]["betas"][0] == 0.9 and "momentum" not in shard.optimizer.param_groups[0]
