@@ -8,6 +8,9 @@ the median time to target with its interval, the paired ratio matched / fixed, a
 (evaluations more than --drop below the best so far).
 
     python -m benchmarks.async_momentum --modes asgd,ssp --seeds 3 --out benchmarks/results/async_momentum_v1
+
+`--trace FILE` replays a slowdown trace (star.traces format) in every run: for the strategies that change plans
+live, such as `exclude`, which runs a straggler alone (2 groups: momentum 0.8 from 0.9) while it is slow.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ def read_curve(path: Path) -> list[float]:
 def run_one(args: argparse.Namespace, mode: str, rule: str, seed: int, out: Path) -> dict:
     config = from_dict(JobConfig, {"task": args.task, "workers": args.workers, "ps": args.ps, "out": str(out),
                                    "seed": seed, "max_time_s": args.max_time_s, "plan": {"mode": mode},
-                                   "optimizer": {"async_momentum": rule}})
+                                   "optimizer": {"async_momentum": rule},
+                                   **({"trace": {"path": args.trace}} if args.trace else {})})
     result = launch_or_stop(config)
     metrics = read_curve(out / "curve.csv")
     return {"mode": mode, "rule": rule, "seed": seed, "reached": result["reached"], "tta_s": result["tta_s"],
@@ -85,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-time-s", type=float, default=60.0, help="a run that misses the target stops here")
     parser.add_argument("--drop", type=float, default=0.3, help="a collapse: an evaluation this far below the best so far")
     parser.add_argument("--level", type=float, default=0.9, help="bootstrap interval level")
+    parser.add_argument("--trace", default=None, help="slowdown trace replayed in every run (default: none)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
