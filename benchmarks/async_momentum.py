@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from star.config import from_dict, JobConfig
+from star.config import ConfigError, from_dict, JobConfig
 from star.launch import launch_or_stop
 from star.tta import bootstrap_median, bootstrap_ratio
 
@@ -92,7 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", default=None, help="slowdown trace replayed in every run (default: none)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.trace and not Path(args.trace).is_file():
+        parser.error(f"--trace {args.trace!r} is not a file")
     modes = [m for m in args.modes.split(",") if m]
+    try:
+        for mode in modes:  # every mode's config checked before the first run
+            from_dict(JobConfig, {"task": args.task, "workers": args.workers, "ps": args.ps, "plan": {"mode": mode}})
+    except ConfigError as error:
+        parser.error(f"bad config: {error}")
     runs = [(mode, rule) for mode in modes for rule in RULES]
     rows: list[dict] = []
     for seed in range(args.seeds):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.async_momentum import collapses, summarise
+from benchmarks.async_momentum import collapses, main, summarise
 
 
 @pytest.mark.parametrize("metrics, expected", [
@@ -26,3 +26,14 @@ def test_the_summary_pairs_each_rule_by_seed_and_counts_a_miss_as_slowest():
     assert entry["fixed_reached"] == 2 and entry["matched_reached"] == 3
     assert entry["fixed_collapses"] == [5, 9, 4] and entry["matched_collapses"] == [0, 0, 1]
     assert entry["matched_over_fixed"] == pytest.approx(12.0 / 30.0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--modes", "fastest"], "plan.mode='fastest'"),
+    (["--trace", "/nonexistent.csv"], "'/nonexistent.csv' is not a file"),
+])
+def test_bad_input_is_one_line_naming_the_value_before_any_run(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--out", str(tmp_path)])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing ran
