@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from star.errors import ConfigError
 from star.plan import SyncPlan
@@ -149,8 +149,8 @@ class HeuristicSelector:
         b_noise: float = 0.0,
         previous_iter_time_s: Mapping[int, float] | None = None,
     ) -> ModeDecision:
-        """`previous_iter_time_s`: the times of the decision before, which a plan shaped by the slow set
-        must also win at (`unconfirmed`; None: not asked)."""
+        """`previous_iter_time_s`: earlier times (the controller's `PricedTimes`, at least a decision period
+        old) that a plan shaped by the slow set must also win at (`unconfirmed`; None: not asked)."""
         workers = current.workers
         if _missing_timings(workers, iter_time_s):
             return ModeDecision(None, "waiting for timings from every worker", ())
@@ -159,19 +159,13 @@ class HeuristicSelector:
         if not estimates:
             return ModeDecision(None, "no candidate plans", ())
         now = _same_rounds(current, estimates) or estimate(current, iter_time_s, batch, b_noise, penalty)
-        last_switch = self._last_switch
-        decision = self.choose(period, current, now, estimates)
-        if decision.plan is None:
-            return decision
-        why_not = unconfirmed(decision.plan, current, previous_iter_time_s, batch, b_noise, penalty, self.config.margin)
-        if why_not is None:
-            return decision
-        self._last_switch = last_switch  # no switch happened: the dwell still counts from the last real one
-        return ModeDecision(None, why_not, estimates)
+        return self.choose(period, current, now, estimates, lambda plan: unconfirmed(
+            plan, current, previous_iter_time_s, batch, b_noise, penalty, self.config.margin))
 
-    def choose(self, period: int, current: SyncPlan, now: Estimate, estimates: Sequence[Estimate]) -> ModeDecision:
-        """Switch to the fastest candidate when it beats the current plan (`now`) by the margin and the
-        last switch is at least `min_dwell` decisions old."""
+    def choose(self, period: int, current: SyncPlan, now: Estimate, estimates: Sequence[Estimate],
+               why_not: Callable[[SyncPlan], str | None] | None = None) -> ModeDecision:
+        """Switch to the fastest candidate when it beats the current plan (`now`) by the margin, the
+        last switch is at least `min_dwell` decisions old, and `why_not` (if given) has no objection."""
         best = min(estimates, key=lambda e: e.seconds_per_progress)
         if same_shape(best.plan, current):
             return ModeDecision(None, f"{current.label} is already the best plan ({now.seconds_per_progress:.4f} s/step)", estimates)
@@ -182,6 +176,9 @@ class HeuristicSelector:
             return ModeDecision(
                 None, f"best {best.plan.label} gains only {gain:.1%} over {current.label} (margin {self.config.margin:.0%})", estimates
             )
+        objection = why_not(best.plan) if why_not is not None else None
+        if objection is not None:
+            return ModeDecision(None, objection, estimates)  # no switch: the dwell still counts from the last real one
         self._last_switch = period
         return ModeDecision(
             best.plan,
