@@ -15,6 +15,7 @@ Strategies (`--mode`) are named combinations of these policies:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 from dataclasses import dataclass, field
@@ -456,9 +457,15 @@ class Controller:
             return raw
         return {**raw, **self.speeds.reference([w for w in raw if w in self.speeds.tracks])}
 
-    def _plan_inputs(self, active: Mapping[int, WorkerSummary]) -> tuple[dict[int, float], dict[int, int]]:  # what plans are priced with
+    def _plan_inputs(self, active: Mapping[int, WorkerSummary], period: int) -> tuple[dict[int, float], dict[int, int]]:
+        """What plans are priced with. Under batch sizing, the sizes it would give every worker at these speeds: staying
+        on the plan in force lets it rebalance, so that is the price to beat (not the sizes in force while it waits)."""
         per_sample = self._speeds_acted_on(active)
         batch = {w: self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}
+        if self.config.batch and not self.batch_guard.holding(period):
+            workers = sorted(active)
+            with contextlib.suppress(BatchPlanError):  # none fits: the sizes in force
+                batch = self._sizer(workers, {}, {w: active[w].comm_s for w in workers})[0](per_sample)
         return {w: s.comm_s + per_sample[w] * batch[w] for w, s in active.items()}, batch
 
     def _plan(self, period: int, current: SyncPlan, active: Mapping[int, WorkerSummary], stragglers: frozenset[int],
@@ -467,12 +474,12 @@ class Controller:
         workers = tuple(w for w in range(self.num_workers) if w not in self.lost)
         if self.config.exclude:
             plan, reason = self.exclusion.decide(period, without_workers(current, frozenset(self.lost)),
-                                                 *self._plan_inputs(active), stragglers & set(workers), b_noise)
+                                                 *self._plan_inputs(active, period), stragglers & set(workers), b_noise)
             if plan is not None:
                 events.append({"kind": "plan_decision", "mode": plan.label, "stragglers": sorted(stragglers), "reason": reason})
             return plan
         if self.config.selector:
-            times, batch = self._plan_inputs(active)
+            times, batch = self._plan_inputs(active, period)
             previous = self.priced_times.record(times, now_s)  # a plan shaped by the slow set must win at these too
             if verifying & set(workers):
                 return None  # a worker's speed is about to change (AMP being verified): plans compared now would be stale
