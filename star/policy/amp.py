@@ -192,6 +192,11 @@ class AmpPolicy:
             self.workers[w].state, self.workers[w].untried = AmpState.REDUNDANT, True
         return off
 
+    def skipped(self, worker: int) -> bool:
+        """Left off untried by `skip` (batch sizes were expected to balance it)."""
+        w = self.workers.get(worker)
+        return w is not None and w.state is AmpState.REDUNDANT and w.untried
+
     def reconsider(self, workers) -> list[int]:
         """Those of `workers` left off untried by `skip` may be tried again (back to off); returns them."""
         back = [w for w in workers if w in self.workers and self.workers[w].state is AmpState.REDUNDANT

@@ -50,3 +50,12 @@ def amp_gain_under_batch(per_sample_s: Mapping[int, float], fixed_s: Mapping[int
     alone = makespan_s(sizes_for(per_sample_s), per_sample_s, fixed_s)
     combined = makespan_s(sizes_for(faster, faster_fixed), faster, faster_fixed)
     return AddedGain(alone, combined, 1 - combined / alone if alone > 0 else 0.0)
+
+
+def unbalanced(in_force_s: Mapping[int, tuple[float, float]], balanced_s: float, speedup: float, min_gain: float) -> list[int]:
+    """Of the workers left off AMP for batch sizes to balance, those that still hold the round back: at their size in
+    force (`in_force_s[w]`: its fixed seconds and compute seconds) the iteration is over the balanced round by more than
+    `min_gain`, and AMP at `speedup` would cut it by at least that much. Batch sizing may wait for a resize (its gain
+    not yet resolved among many workers, or its last sizes not yet reported) while AMP would act now."""
+    return [w for w, (fixed_s, compute_s) in in_force_s.items()
+            if fixed_s + compute_s > balanced_s * (1 + min_gain) and compute_s * (1 - 1 / speedup) >= min_gain * (fixed_s + compute_s)]

@@ -27,7 +27,7 @@ from star.plan import SyncPlan, with_epoch, with_pace, with_tree, without_worker
 from star.policy.amp import AmpConfig, AmpDecision, AmpPolicy
 from star.policy.batch import back_to_even, BatchConfig, BatchPlanError, predicted_gain, solve_batch_sizes
 from star.policy.batch_guard import BatchGuard
-from star.policy.combine import amp_gain_under_batch, Sizes
+from star.policy.combine import amp_gain_under_batch, Sizes, unbalanced
 from star.policy.learned import LearnedSelector, load_model
 from star.policy.plan_scores import estimate
 from star.policy.exclusion import ExclusionPolicy
@@ -71,12 +71,8 @@ def strategy_switches(strategy: str) -> dict[str, bool]:
     """The policy switches a named strategy turns on."""
     if strategy not in STRATEGIES:
         raise ValueError(f"mode={strategy!r} is not one of {', '.join(STRATEGIES)}")
-    return {
-        "amp": strategy in ("amp", "auto"),
-        "selector": strategy == "auto",
-        "batch": strategy in ("batch", "auto"),
-        "exclude": strategy == "exclude",
-    }
+    return {"amp": strategy in ("amp", "auto"), "selector": strategy == "auto", "batch": strategy in ("batch", "auto"),
+            "exclude": strategy == "exclude"}
 
 
 def for_strategy(config: ControlConfig, strategy: str) -> ControlConfig:
@@ -417,9 +413,9 @@ class Controller:
 
     def _skip_redundant_amp(self, stragglers: frozenset[int], active: Mapping[int, WorkerSummary],
                             per_sample: Mapping[int, float], held: set[int], events: list[dict[str, Any]]) -> None:
-        """Do not try AMP on the stragglers not tried yet where batch sizes alone balance them about as well as even a
-        best-case AMP on all of them would (the assumed speed-up, or the best one measured on this job). Judged together
-        (star.policy.combine); those left off are judged again with each straggler detected after them."""
+        """Do not try AMP on untried stragglers that batch sizes alone balance about as well as even a best-case AMP on all
+        of them would (the assumed or best measured speed-up). Judged together (star.policy.combine); those left off are
+        judged again with each straggler detected after them, and tried if still `unbalanced` at their size in force."""
         best, group = self.amp.expected_speedup(), self.amp.untried(stragglers & (active.keys() - held))
         added = self._amp_added_gain(group, per_sample, active, held, best)
         if added is None:
@@ -431,6 +427,10 @@ class Controller:
                     f"{added.with_amp_s * 1e3:.1f} ms ({added.gain:.1%} >= {self.config.amp_policy.min_added_gain:.0%}) "
                     "beyond batch sizes alone: AMP may be tried")})
             return
+        in_force = {w: (active[w].comm_s, per_sample[w] * self.batch_sizes.get(w, self.base_batch)) for w in group if self.amp.skipped(w)}
+        for w in self.amp.reconsider(unbalanced(in_force, added.batch_alone_s, best, self.config.amp_policy.min_added_gain)):
+            group.remove(w)  # left off for batch sizes to balance, which they have not done yet: AMP may be tried
+            events.append({"kind": "amp_reconsidered", "worker": w, "reason": f"left off for batch sizes to balance, but at its size in force its iteration takes {sum(in_force[w]) * 1e3:.1f} ms against the balanced {added.batch_alone_s * 1e3:.1f}"})
         reason = added.explain(group, best, self.config.amp_policy.min_added_gain, measured=False)
         for w in self.amp.skip(group):
             events.append({"kind": "amp_skipped", "worker": w, "amp": False,
@@ -463,9 +463,8 @@ class Controller:
         per_sample = self._speeds_acted_on(active)
         batch = {w: self.batch_sizes.get(w, s.batch_size) for w, s in active.items()}
         if self.config.batch and not self.batch_guard.holding(period):
-            workers = sorted(active)
             with contextlib.suppress(BatchPlanError):  # none fits: the sizes in force
-                batch = self._sizer(workers, {}, {w: active[w].comm_s for w in workers})[0](per_sample)
+                batch = self._sizer(sorted(active), {}, {w: s.comm_s for w, s in active.items()})[0](per_sample)
         return {w: s.comm_s + per_sample[w] * batch[w] for w, s in active.items()}, batch
 
     def _plan(self, period: int, current: SyncPlan, active: Mapping[int, WorkerSummary], stragglers: frozenset[int],

@@ -6,10 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from star.detect import DetectorConfig
 from star.errors import ConfigError
 from star.plan import ssgd
 from star.policy.amp import AmpConfig, AmpState
 from star.policy.batch import back_to_even, BatchConfig
+from star.policy.combine import unbalanced
 from star.policy.controller import ControlConfig, Controller, for_strategy, WorkerSummary
 from star.policy.speeds import noise_z_for, SpeedTracker, resolvable_speeds
 
@@ -82,6 +84,46 @@ def test_auto_does_not_try_amp_where_batch_sizes_alone_balance_the_straggler():
     assert all(d.amp == {} for d in decisions)
     skipped = [e for d in decisions for e in d.events if e["kind"] == "amp_skipped"]
     assert len(skipped) == 1 and skipped[0]["worker"] == 3 and "not tried" in skipped[0]["reason"]
+
+
+def test_amp_left_off_for_batch_sizes_to_balance_is_tried_once_they_have_not():
+    """AMP is skipped for a straggler because batch sizes alone would balance it; when a later decision still finds
+    it at a size that holds the round back (batch sizing waited, here for its last sizes to be reported), AMP is
+    tried after all. Simulated at 1,000 workers, a straggler ramping to 3x waited ~5 s for a resize while AMP, which
+    the amp strategy used at once, stayed skipped: auto 1.06x amp."""
+    controller = Controller(for_strategy(ControlConfig(selector=False, detector=DetectorConfig(enter_n=1)), "auto"), 40, 32)
+    plan = ssgd(range(40), epoch=1)
+    speeds = {w: 1.5e-3 if w == 39 else 1e-3 for w in range(40)}
+    unsettled = summaries(speeds, batch={w: 31 for w in range(40)})  # not the sizes in force (32): batch sizing waits
+    first = controller.decide(0, plan, unsettled)
+    assert first.batch_sizes == {} and first.amp == {}
+    assert [e["worker"] for e in first.events if e["kind"] == "amp_skipped"] == [39]  # a 2x AMP on 1 of 40 adds < 3%
+    second = controller.decide(1, plan, unsettled)
+    assert second.amp == {39: True}
+    assert any(e["kind"] == "amp_reconsidered" and e["worker"] == 39 for e in second.events)
+
+
+@pytest.mark.parametrize("fixed_s, compute_s, speedup, expected", [
+    (0.002, 0.048, 2.0, [7]),  # 50 ms against a balanced 34: batch sizing has not balanced it, AMP would
+    (0.002, 0.033, 2.0, []),  # 35 ms: within 3% of the balanced round
+    (0.002, 0.048, 0.6, []),  # AMP measured slower on this job: it would not help
+    (0.045, 0.005, 2.0, [7]),  # mostly fixed time, yet AMP still cuts 5%
+    (0.049, 0.001, 2.0, []),  # AMP would cut 1%: not worth a verification
+])
+def test_unbalanced_lists_a_skipped_worker_only_where_it_holds_the_round_back_and_amp_would_help(
+        fixed_s, compute_s, speedup, expected):
+    assert unbalanced({7: (fixed_s, compute_s)}, balanced_s=0.034, speedup=speedup, min_gain=0.03) == expected
+
+
+def test_amp_left_off_stays_off_while_batch_sizes_balance_the_straggler():
+    controller = Controller(for_strategy(ControlConfig(selector=False, detector=DetectorConfig(enter_n=1)), "auto"), 40, 32)
+    plan = ssgd(range(40), epoch=1)
+    speeds = {w: 1.5e-3 if w == 39 else 1e-3 for w in range(40)}
+    decisions = []
+    for period in range(6):  # reported at the sizes directed: batch sizing acts, and AMP is never needed
+        decisions.append(controller.decide(period, plan, summaries(speeds, batch=dict(controller.batch_sizes))))
+    assert controller.batch_sizes[39] < 32
+    assert all(d.amp == {} for d in decisions)
 
 
 def _verify_amp_at_1_15x(keep_added_gain: float):
