@@ -57,5 +57,5 @@ def unbalanced(in_force_s: Mapping[int, tuple[float, float]], balanced_s: float,
     force (`in_force_s[w]`: its fixed seconds and compute seconds) the iteration is over the balanced round by more than
     `min_gain`, and AMP at `speedup` would cut it by at least that much. Batch sizing may wait for a resize (its gain
     not yet resolved among many workers, or its last sizes not yet reported) while AMP would act now."""
-    return [w for w, (fixed_s, compute_s) in in_force_s.items()
-            if fixed_s + compute_s > balanced_s * (1 + min_gain) and compute_s * (1 - 1 / speedup) >= min_gain * (fixed_s + compute_s)]
+    return [w for w, (fixed_s, compute_s) in in_force_s.items() if fixed_s + compute_s > balanced_s * (1 + min_gain)
+            and compute_s * (1 - 1 / speedup) >= min_gain * (fixed_s + compute_s)]

@@ -427,10 +427,13 @@ class Controller:
                     f"{added.with_amp_s * 1e3:.1f} ms ({added.gain:.1%} >= {self.config.amp_policy.min_added_gain:.0%}) "
                     "beyond batch sizes alone: AMP may be tried")})
             return
-        in_force = {w: (active[w].comm_s, per_sample[w] * self.batch_sizes.get(w, self.base_batch)) for w in group if self.amp.skipped(w)}
+        in_force = {w: (active[w].comm_s, per_sample[w] * self.batch_sizes.get(w, self.base_batch))
+                    for w in group if self.amp.skipped(w)}
         for w in self.amp.reconsider(unbalanced(in_force, added.batch_alone_s, best, self.config.amp_policy.min_added_gain)):
             group.remove(w)  # left off for batch sizes to balance, which they have not done yet: AMP may be tried
-            events.append({"kind": "amp_reconsidered", "worker": w, "reason": f"left off for batch sizes to balance, but at its size in force its iteration takes {sum(in_force[w]) * 1e3:.1f} ms against the balanced {added.batch_alone_s * 1e3:.1f}"})
+            events.append({"kind": "amp_reconsidered", "worker": w, "reason": (
+                f"left off for batch sizes to balance, but at its size in force its iteration takes "
+                f"{sum(in_force[w]) * 1e3:.1f} ms against the balanced {added.batch_alone_s * 1e3:.1f}")})
         reason = added.explain(group, best, self.config.amp_policy.min_added_gain, measured=False)
         for w in self.amp.skip(group):
             events.append({"kind": "amp_skipped", "worker": w, "amp": False,
