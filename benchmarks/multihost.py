@@ -19,6 +19,25 @@ from benchmarks.netns import NetNamespaces, unavailable
 from star.config import JobConfig, to_toml
 
 RDZV_PORT = 29400
+# Namespaces share this machine's /dev/shm, so under transport "auto" a worker maps the mailbox of a PS on
+# another "host" and its payloads never cross the shaped veth links: benchmarks that stand in for hosts move
+# payloads over the PSs' socket channels unless told otherwise.
+HOST_TRANSPORTS = ("socket", "grpc", "auto")
+
+
+def add_job_flags(parser, cap_mbit: float, max_time_s: float, repeats: int, out: str) -> None:
+    """The flags every benchmark on namespace hosts shares: the link cap, the task, seeds, time limit, repeats,
+    output folder and `--transport` (default socket: see HOST_TRANSPORTS)."""
+    parser.add_argument("--cap-mbit", type=float, default=cap_mbit)
+    parser.add_argument("--cap-delay-ms", type=float, default=5.0, help="added delay, where the kernel has netem")
+    parser.add_argument("--task", default="digits")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-time-s", type=float, default=max_time_s)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--out", default=out)
+    parser.add_argument("--transport", default="socket", choices=HOST_TRANSPORTS,
+                        help="payloads between hosts; auto would take shared memory across namespaces, "
+                             "bypassing the links (default: socket)")
 
 
 def run_job(net: NetNamespaces, config: JobConfig, out: Path, timeout_s: float = 240.0,

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.multihost import run_and_report, run_job
+from benchmarks.multihost import add_job_flags, run_and_report, run_job
 from benchmarks.netns import NetNamespaces
 from star.config import JobConfig, from_dict
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 run_dir = out / f"{arm}-{repeat}"
                 config = from_dict(JobConfig, {
                     "task": args.task, "workers": args.workers or args.nodes, "ps": args.ps, "out": str(run_dir / "job"),
-                    "max_time_s": args.max_time_s, "seed": args.seed, "plan": {"mode": args.mode},
+                    "max_time_s": args.max_time_s, "seed": args.seed, "plan": {"mode": args.mode}, "transport": args.transport,
                     "placement": {**ARMS[arm], "cpu_aware": False}})
                 started = time.monotonic()
                 result = run_job(net, config, run_dir, timeout_s=args.max_time_s + 180)
@@ -105,15 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="default: one per node")
     parser.add_argument("--ps", type=int, default=2)
     parser.add_argument("--cap-host", type=int, default=1, help="the host whose link is capped (round robin puts shard i on host i)")
-    parser.add_argument("--cap-mbit", type=float, default=10.0)
-    parser.add_argument("--cap-delay-ms", type=float, default=5.0, help="added delay, where the kernel has netem")
-    parser.add_argument("--task", default="digits")
     parser.add_argument("--mode", default="ssgd")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-time-s", type=float, default=150.0)
-    parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated: " + ", ".join(ARMS))
-    parser.add_argument("--out", default="runs/placement")
+    add_job_flags(parser, cap_mbit=10.0, max_time_s=150.0, repeats=1, out="runs/placement")
     args = parser.parse_args(argv)
     return run_and_report("placement", args, run, summary)
 

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.multihost import run_and_report, run_job
+from benchmarks.multihost import add_job_flags, run_and_report, run_job
 from benchmarks.netns import NetNamespaces
 from star.config import JobConfig, from_dict
 
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 run_dir = out / f"fanout{fanout}-{repeat}"
                 config = from_dict(JobConfig, {
                     "task": args.task, "workers": args.workers, "ps": 1, "out": str(run_dir / "job"),
-                    "max_time_s": args.max_time_s, "seed": args.seed,
+                    "max_time_s": args.max_time_s, "seed": args.seed, "transport": args.transport,
                     "plan": {"mode": "ssgd", "tree_fanout": fanout or None},
                     "node": {"ps_ranks": str(ps_host)}, "placement": {"replace": False, "cpu_aware": False},
                     "control": {"traffic": {"pace": False}}})  # trees alone: no pacing, no moves
@@ -84,14 +84,8 @@ def summary(rows: list[dict], args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--cap-mbit", type=float, default=40.0)
-    parser.add_argument("--cap-delay-ms", type=float, default=5.0, help="added delay, where the kernel has netem")
     parser.add_argument("--fanouts", default="0,2,4", help="comma-separated tree fanouts; 0 = no trees")
-    parser.add_argument("--task", default="digits")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-time-s", type=float, default=200.0)
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--out", default="runs/tree")
+    add_job_flags(parser, cap_mbit=40.0, max_time_s=200.0, repeats=1, out="runs/tree")
     args = parser.parse_args(argv)
     return run_and_report("tree", args, run, summary)
 

@@ -11,7 +11,7 @@ import numpy as np
 from star.control_loop import PsInput
 from star.coordinator_checks import ABSURD_S
 from star.policy.noise import noise_scale
-from star.policy.controller import WorkerSummary
+from star.policy.summary import WorkerSummary
 from star.report_book import WINDOW, ReportBook
 from star.rpc import star_pb2 as pb
 from star.rpc.common import host_of

@@ -127,14 +127,13 @@ class StragglerDetector:
     _normal_streak: dict[int, int] = field(default_factory=dict)
 
     def decide(self, times: Mapping[int, float], early: frozenset[int] = frozenset(),
-               let_out: frozenset[int] = frozenset()) -> Detection:
+               let_out: frozenset[int] = frozenset(), outliers: frozenset[int] | None = None) -> Detection:
         """`times`: per-sample seconds; `early`: workers that finish their iteration early (finishes_early),
         which count as normal unless they already are stragglers; `let_out`: stragglers that count as normal
-        whatever their time (a straggler's remedy working is otherwise no recovery)."""
-        outliers = slow_now(times, self.config)
-        if self.config.exit_margin is not None and len(times) >= 2:
-            line = (1 + self.config.exit_margin) * faster_half_median(list(times.values()))
-            outliers |= frozenset(w for w in self.stragglers if w in times and times[w] > line)
+        whatever their time (a straggler's remedy working is otherwise no recovery); `outliers`: this window's
+        outliers by another rule (star.policy.links), given instead of judging `times` (only the hysteresis applies)."""
+        if outliers is None:
+            outliers = self._outliers(times)
         excused = frozenset(w for w in outliers if (w in early and w not in self.stragglers)
                             or (w in let_out and w in self.stragglers))
         entered, exited = set(), set()
@@ -152,6 +151,14 @@ class StragglerDetector:
                     self.stragglers.discard(worker)
                     exited.add(worker)
         return Detection(frozenset(self.stragglers), frozenset(entered), frozenset(exited), outliers, excused)
+
+    def _outliers(self, times: Mapping[int, float]) -> frozenset[int]:
+        """The MAD (or relative) rule's outliers, and stragglers still over the exit line."""
+        outliers = slow_now(times, self.config)
+        if self.config.exit_margin is not None and len(times) >= 2:
+            line = (1 + self.config.exit_margin) * faster_half_median(list(times.values()))
+            outliers |= frozenset(w for w in self.stragglers if w in times and times[w] > line)
+        return outliers
 
     def forget(self, worker: int) -> None:
         """A lost worker leaves every set."""

@@ -31,7 +31,7 @@ from typing import Mapping
 
 import numpy as np
 
-from star.policy.controller import WorkerSummary
+from star.policy.summary import WorkerSummary
 
 KEEP = 20  # reports kept per worker: star.coordinator.CoordinatorConfig.report_window's default (a test checks)
 WINDOW = 4  # of those, the latest this many under the current AMP setting are summarised

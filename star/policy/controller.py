@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
 
 from star.errors import ConfigError
 from star.detect import DetectorConfig, StragglerDetector, finishes_early
@@ -29,10 +29,12 @@ from star.policy.batch import back_to_even, BatchConfig, BatchPlanError, predict
 from star.policy.batch_guard import BatchGuard
 from star.policy.combine import amp_gain_under_batch, Sizes, unbalanced
 from star.policy.learned import LearnedSelector, load_model
+from star.policy.links import SlowLinks
 from star.policy.plan_scores import estimate
 from star.policy.exclusion import ExclusionPolicy
 from star.policy.selector import HeuristicSelector, PricedTimes, SelectorConfig, same_shape, with_task_penalty
 from star.policy.speeds import noise_z_for, SpeedTracker, resolvable_speeds
+from star.policy.summary import WorkerSummary
 from star.policy.traffic import PsLayout, TrafficConfig, TrafficGuard
 
 FIXED_MODES = ("ssgd", "asgd", "kofn", "grouped", "ssp")
@@ -90,27 +92,6 @@ def initial_mode(strategy: str) -> str:
     return strategy if strategy in FIXED_MODES else "ssgd"
 
 
-class WorkerSummary(NamedTuple):
-    """One worker's recent behaviour, from reports made under its current AMP setting.
-    (A NamedTuple: a decision at 1,000 workers builds a thousand of them.)"""
-
-    per_sample_s: float  # median compute seconds per sample (includes replayed slowdown)
-    comm_s: float  # median push seconds x 2 (pull moves the same bytes; its blocked time excluded) + fixed compute (report_book)
-    batch_size: int
-    amp_reports: int  # recent reports that ran with AMP on
-    reports: int  # recent reports summarised
-    silent_s: float = 0.0  # seconds since its last report
-    recent_per_sample_s: float | None = None  # median over fewer, newer reports: what batch sizing acts on (None: per_sample_s)
-    sizing_rel_error: float = 0.0  # relative standard error of sizing_per_sample_s, from its reports' spread (0: unknown)
-    fixed_compute_s: float = 0.0  # the part of comm_s that is the step's fixed compute (star.report_book; 0 on CPUs)
-
-    @property
-    def sizing_per_sample_s(self) -> float:
-        """The per-sample time batch sizing acts on: the newest reports' when known. A slowdown shows
-        in them a report or two before it dominates the longer median the detector judges."""
-        return self.per_sample_s if self.recent_per_sample_s is None else self.recent_per_sample_s
-
-
 @dataclass(frozen=True)
 class ControlDecision:
     plan: SyncPlan | None
@@ -127,6 +108,7 @@ class Controller:
         self.num_workers = num_workers
         self.base_batch = base_batch
         self.detector = StragglerDetector(config.detector)
+        self.slow_links = SlowLinks(config.detector)  # workers whose link, not compute, holds rounds back: plans only
         self._excused: set[int] = set()  # outliers last kept out of the slow set for finishing early (logged once per spell)
         self._sized_on_estimate: set[int] = set()  # batch sized at an estimated speed: corrected at its next measurement
         self.amp = AmpPolicy(config.amp_policy)
@@ -172,6 +154,7 @@ class Controller:
         for w in sorted(newly_lost):
             self.lost.add(w)
             self.detector.forget(w)
+            self.slow_links.forget(w)
             self.amp.forget(w)
             self.speeds.forget(w)
             events.append({"kind": "worker_lost", "worker": w, "silent_s": round(workers[w].silent_s, 2), "reason": f"no report for > {self.silence_limit_s(workers[w]):.1f} s"})
@@ -473,28 +456,31 @@ class Controller:
     def _plan(self, period: int, current: SyncPlan, active: Mapping[int, WorkerSummary], stragglers: frozenset[int],
               b_noise: float, events: list[dict[str, Any]], verifying: frozenset[int] = frozenset(),
               now_s: float | None = None) -> SyncPlan | None:
+        if not (self.config.exclude or self.config.selector):
+            return None
         workers = tuple(w for w in range(self.num_workers) if w not in self.lost)
+        times, batch = self._plan_inputs(active, period)
+        slow_links, link_events = self.slow_links.decide({w: s.link_s for w, s in active.items()}, times)
+        events += link_events
+        stragglers |= slow_links  # held back by their links: plans that do not wait for them are weighed too
         if self.config.exclude:
-            plan, reason = self.exclusion.decide(period, without_workers(current, frozenset(self.lost)),
-                                                 *self._plan_inputs(active, period), stragglers & set(workers), b_noise)
+            plan, reason = self.exclusion.decide(period, without_workers(current, frozenset(self.lost)), times, batch,
+                                                 stragglers & set(workers), b_noise)
             if plan is not None:
                 events.append({"kind": "plan_decision", "mode": plan.label, "stragglers": sorted(stragglers), "reason": reason})
             return plan
-        if self.config.selector:
-            times, batch = self._plan_inputs(active, period)
-            previous = self.priced_times.record(times, now_s)  # a plan shaped by the slow set must win at these too
-            if verifying & set(workers):
-                return None  # a worker's speed is about to change (AMP being verified): plans compared now would be stale
-            if not stragglers and self.base_plan is not None and same_shape(current, self.base_plan):
-                return None  # the base plan is left only for a detected straggler, not for one period's slow reports
-            args = (period, without_workers(current, frozenset(self.lost)), times, batch, stragglers, b_noise)
-            if isinstance(self.selector, LearnedSelector):
-                decision = self.selector.decide(*args, comm_s={w: s.comm_s for w, s in active.items()}, previous_iter_time_s=previous)
-            else:
-                decision = self.selector.decide(*args, previous_iter_time_s=previous)
-            if decision.plan is not None:
-                events.append({"kind": "plan_decision", "mode": decision.plan.label, "reason": decision.reason,
-                               "b_noise": round(b_noise, 2),
-                               "estimates": {e.plan.describe(): round(e.seconds_per_progress, 5) for e in decision.estimates}})
-            return decision.plan
-        return None
+        previous = self.priced_times.record(times, now_s)  # a plan shaped by the slow set must win at these too
+        if verifying & set(workers):
+            return None  # a worker's speed is about to change (AMP being verified): plans compared now would be stale
+        if not stragglers and self.base_plan is not None and same_shape(current, self.base_plan):
+            return None  # the base plan is left only for a detected straggler, not for one period's slow reports
+        args = (period, without_workers(current, frozenset(self.lost)), times, batch, stragglers, b_noise)
+        if isinstance(self.selector, LearnedSelector):
+            decision = self.selector.decide(*args, comm_s={w: s.comm_s for w, s in active.items()}, previous_iter_time_s=previous)
+        else:
+            decision = self.selector.decide(*args, previous_iter_time_s=previous)
+        if decision.plan is not None:
+            events.append({"kind": "plan_decision", "mode": decision.plan.label, "reason": decision.reason,
+                           "b_noise": round(b_noise, 2),
+                           "estimates": {e.plan.describe(): round(e.seconds_per_progress, 5) for e in decision.estimates}})
+        return decision.plan

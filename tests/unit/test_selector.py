@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from star.detect import DetectorConfig
-from star.plan import grouped, kofn, ssgd
+from star.plan import exclude, grouped, kofn, ssgd
 from star.policy.controller import ControlConfig, Controller, WorkerSummary, for_strategy
 from star.policy.learned import LearnedSelector
+from star.policy.plan_scores import estimate
 from star.policy.selector import HeuristicSelector, PricedTimes, SelectorConfig, full_sync, unconfirmed
 
 BATCH = {w: 32 for w in range(4)}
@@ -100,3 +101,33 @@ def test_an_early_decision_a_moment_after_a_slowdown_is_not_its_own_backing():
     assert controller.decide(2, plan, slow3, now_s=1.2).plan is None  # early: still backed by 0.0 s
     switched = controller.decide(3, plan, slow3, now_s=2.0)  # backed by 1.0 s, when worker 3 was slow too
     assert switched.plan is not None and not full_sync(switched.plan)
+
+
+# ---------------------------------------------------------------- uneven batches: updates weigh by their samples
+
+LINK_TIMES = {0: 0.25, 1: 0.77, 2: 0.25, 3: 0.25}  # worker 1 behind a 10 Mbit/s link (measured for real)
+SIZED = {0: 85, 1: 1, 2: 85, 3: 85}  # batch sizing's answer under SSGD: worker 1 computes almost nothing
+
+
+def test_a_plan_that_stops_waiting_for_a_batch_1_worker_is_priced_by_the_samples_it_applies():
+    """Weighted by gradient count, worker 1's batch-1 updates (each worth ~1/46 of a step at B_noise 54.6) counted as
+    much as the 255-sample rounds of the others: excluding it was priced 2.45 s/step against SSGD's 0.77."""
+    b_noise = 54.6
+    ssgd_s = estimate(ssgd(range(4)), LINK_TIMES, SIZED, b_noise, 0.15).seconds_per_progress
+    exclude_s = estimate(exclude(range(4), [1]), LINK_TIMES, SIZED, b_noise, 0.15).seconds_per_progress
+    assert ssgd_s == pytest.approx(0.77)
+    assert exclude_s < 0.4 < ssgd_s  # ~ the 3 fast workers' 0.25 s rounds of 255 samples: 255/256 of a step each
+
+
+@pytest.mark.parametrize("b_noise", [0.0, 54.6])
+def test_even_batches_are_priced_by_gradients_as_before(b_noise):
+    """With every update at its gradients' even share of the full batch, samples and gradients weigh alike."""
+    times = {0: 0.25, 1: 0.77, 2: 0.3, 3: 0.25}
+    got = estimate(kofn(range(4), 3), times, BATCH, b_noise, 0.15)
+    rates = [1 / 0.3, 1 / 0.77]  # the round closed by the third fastest (3 gradients), then worker 1's late one
+    gradients_per_s = rates[0] * 3 + rates[1]
+    shares = [rates[0] * 3 / gradients_per_s, rates[1] / gradients_per_s]
+    eff = [(1 + b_noise / 96) / (1 + b_noise / 128), (1 + b_noise / 32) / (1 + b_noise / 128)]
+    stale = [1 + 0.15 * (rates[1] / rates[0]), 1 + 0.15 * (rates[0] / rates[1])]
+    want = 4 / gradients_per_s * sum(s * e for s, e in zip(shares, eff)) * sum(s * t for s, t in zip(shares, stale))
+    assert got.seconds_per_progress == pytest.approx(want, rel=1e-12)

@@ -61,14 +61,18 @@ def plain_estimate(plan: SyncPlan, iter_time_s: Mapping[int, float], batch: Mapp
             rounds.extend((1.0 / iter_time_s[w], 1, float(batch[w])) for w in ordered[quorum:])
     updates_per_s = in_order_sum(rate for rate, _, _ in rounds)
     gradients_per_s = in_order_sum(rate * count for rate, count, _ in rounds)
+    unit = full_batch / n  # with every update at its gradients' even share of the full batch: weights by gradients
+    by_samples = not all(update_batch == count * unit for _, count, update_batch in rounds)
+    samples_per_s = in_order_sum(rate * update_batch for rate, _, update_batch in rounds)
+    by_samples = by_samples and samples_per_s > 0
     weighted_eff = weighted_stale = 0.0
     for rate, count, update_batch in rounds:
-        share = rate * count / gradients_per_s
+        share = rate * update_batch / samples_per_s if by_samples else rate * count / gradients_per_s
         # Other updates landing while this update's gradients were computed.
         others = (updates_per_s - rate) / rate
         weighted_eff += share * _plain_efficiency(update_batch, full_batch, b_noise)
         weighted_stale += share * (1 + penalty * others)
-    seconds = (n / gradients_per_s) * weighted_eff * weighted_stale
+    seconds = (full_batch / samples_per_s if by_samples else n / gradients_per_s) * weighted_eff * weighted_stale
     return Estimate(plan, seconds, gradients_per_s, weighted_eff, weighted_stale)
 
 
