@@ -27,6 +27,7 @@ from pathlib import Path
 from benchmarks.multihost import add_job_flags, run_and_report, run_job
 from benchmarks.netns import NetNamespaces
 from star.config import JobConfig, from_dict
+from star.errors import ConfigError
 from star.tta import bootstrap_median, bootstrap_ratio
 
 
@@ -41,10 +42,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             seed = args.seed + repeat
             for strategy in strategies[repeat % len(strategies):] + strategies[:repeat % len(strategies)]:
                 run_dir = out / f"{strategy}-seed{seed}"
-                config = from_dict(JobConfig, {
-                    "task": args.task, "workers": args.nodes, "ps": args.ps, "out": str(run_dir / "job"),
-                    "max_time_s": args.max_time_s, "seed": seed, "plan": {"mode": strategy}, "transport": args.transport,
-                    "node": {"ps_ranks": args.ps_hosts}, "placement": {"replace": False, "cpu_aware": False}})
+                config = job_config(args, strategy, seed, run_dir)
                 started = time.monotonic()
                 result = run_job(net, config, run_dir, timeout_s=args.max_time_s + 180)
                 events = [json.loads(line) for line in (run_dir / "job" / "events.jsonl").read_text().splitlines()]
@@ -56,6 +54,14 @@ def run(args: argparse.Namespace) -> list[dict]:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
+
+
+def job_config(args: argparse.Namespace, strategy: str, seed: int, run_dir: Path) -> JobConfig:
+    """One run's job: a worker per host, the shards on --ps-hosts, no re-placement (the capped host stays a worker's)."""
+    return from_dict(JobConfig, {
+        "task": args.task, "workers": args.nodes, "ps": args.ps, "out": str(run_dir / "job"), "max_time_s": args.max_time_s,
+        "seed": seed, "plan": {"mode": strategy}, "transport": args.transport, "node": {"ps_ranks": args.ps_hosts},
+        "placement": {"replace": False, "cpu_aware": False}})
 
 
 def _ttas(rows: list[dict], strategy: str) -> list[float | None]:
@@ -100,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if str(args.cap_host) in args.ps_hosts.split(","):
         parser.error(f"--cap-host {args.cap_host} is among --ps-hosts {args.ps_hosts}: the capped host must hold no shard")
+    for strategy in [s.strip() for s in args.strategies.split(",") if s.strip()] or [""]:
+        try:  # refused here, in one line, before any host is built
+            job_config(args, strategy, 0, Path(args.out))
+        except ConfigError as error:
+            parser.error(f"{error} (--strategies {args.strategies!r}, --ps-hosts {args.ps_hosts!r}, --task {args.task!r})")
     return run_and_report("slow_link", args, run, summary)
 
 

@@ -39,3 +39,11 @@ def test_a_capped_host_among_the_ps_hosts_is_refused_naming_both_flags(capsys):
     with pytest.raises(SystemExit) as exit_info:
         slow_link.main(["--cap-host", "2", "--ps-hosts", "0,2"])
     assert exit_info.value.code == 2 and "--cap-host" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, named", [(["--strategies", "ssgd,fast"], "'fast'"), (["--ps-hosts", "x,y"], "ps_ranks"),
+                                          (["--strategies", ","], "plan.mode")])
+def test_a_bad_strategy_or_host_list_is_one_line_before_any_host_is_built(flags, named, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        slow_link.main(flags)
+    assert exit_info.value.code == 2 and named in capsys.readouterr().err
