@@ -79,6 +79,8 @@ def resources_problem(message: pb.HostResources) -> str | None:
             value = getattr(nic, name)
             if not (math.isfinite(value) and 0 <= value <= MAX_RATE):
                 return f"nics[{i}].{name}={value!r} must be a finite number in [0, {MAX_RATE:g}]"
+        if nic.HasField("busy_share") and not (math.isfinite(nic.busy_share) and 0 <= nic.busy_share <= 1):
+            return f"nics[{i}].busy_share={nic.busy_share!r} must be a finite number in [0, 1]"
     for i, running in enumerate(message.ps):
         if not 1 <= len(running.address) <= MAX_LABEL_CHARS:
             return f"ps[{i}].address must be 1..{MAX_LABEL_CHARS} characters"

@@ -55,12 +55,13 @@ class NodeAgent:
     credentials: Credentials
     checkpoint_dir: str  # where this host's PSs checkpoint (a moved-in PS restarts from here after a crash)
     period_s: float = 2.0
+    busy_tick_s: float = 0.05  # the job NIC's counters are read this often, to tell a busy link from an idle one
     served: dict[int, _ServedShard] = field(default_factory=dict)
     _arriving: list[_Arriving] = field(default_factory=list)
     _moves_started: int = 0
 
     def __post_init__(self) -> None:
-        self.sampler = ResourceSampler(self.host, job_address=self.host, job_pids=self._job_pids)
+        self.sampler = ResourceSampler(self.host, job_address=self.host, job_pids=self._job_pids, busy_tick_s=self.busy_tick_s)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -81,6 +82,7 @@ class NodeAgent:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10.0)
+        self.sampler.close()
 
     def _run(self, coordinator_address: str) -> None:
         channel = self.credentials.channel(coordinator_address, CONTROL_CHANNEL_OPTIONS)

@@ -80,10 +80,18 @@ class HostState:
     nic_used_bytes_per_s: float  # the job NIC's busier direction, now
     link_bytes_per_s: float
     can_host_ps: bool = True  # the operator may rule a host out
+    nic_busy_share: float = 0.0  # share of the time the job NIC was busy in either direction (0: not measured)
 
     @property
     def nic_util(self) -> float:
+        """Bytes: the busier direction's average over the link (what a new shard's traffic adds to)."""
         return self.nic_used_bytes_per_s / self.link_bytes_per_s
+
+    @property
+    def nic_saturation(self) -> float:
+        """Time: how close the link is to setting the pace. A push phase then a pull phase keep each
+        direction's average low on a link that is never idle, so the busy share counts too."""
+        return max(self.nic_util, self.nic_busy_share)
 
 
 def host_state(sample: HostSample, config: PlacementConfig, can_host_ps: bool = True) -> HostState:
@@ -98,6 +106,7 @@ def host_state(sample: HostSample, config: PlacementConfig, can_host_ps: bool = 
         nic_used_bytes_per_s=nic.busiest_bytes_per_s if nic is not None else 0.0,
         link_bytes_per_s=link,
         can_host_ps=can_host_ps,
+        nic_busy_share=nic.busy_share if nic is not None and nic.busy_share is not None else 0.0,
     )
 
 
@@ -138,8 +147,9 @@ def unfit_reason(host: HostState, config: PlacementConfig) -> str | None:
         return f"co-located jobs use {host.foreign_cpu_util:.0%} of its CPU (limit {config.heavy_colocated_cpu:.0%})"
     if host.cpu_util >= config.saturated_util:
         return f"CPU saturated ({host.cpu_util:.0%})"
-    if host.nic_util >= config.saturated_util:
-        return f"NIC saturated ({host.nic_util:.0%} of {host.link_bytes_per_s / 1e6:.1f} MB/s)"
+    if host.nic_saturation >= config.saturated_util:
+        return (f"NIC saturated (busier direction {host.nic_util:.0%} of {host.link_bytes_per_s / 1e6:.1f} MB/s, "
+                f"busy {host.nic_busy_share:.0%} of the time)")
     return None
 
 
@@ -227,7 +237,7 @@ class ReplacementPolicy:
             source = hosts.get(shard_hosts[shard])
             if source is None or self._streak.get(source.host, 0) < c.persist_n:
                 continue
-            source_util = 1.0 if source.host in pressured else max(source.nic_util, source.cpu_util)
+            source_util = 1.0 if source.host in pressured else max(source.nic_saturation, source.cpu_util)
             candidates = [h for h in hosts.values() if h.host != source.host and unfit_reason(h, c) is None]
             if not candidates:
                 continue

@@ -88,7 +88,7 @@ def sample_to_proto(sample: HostSample, node_rank: int = 0, ps: dict[int, str] |
         cpu_percent=sample.cpu_percent, job_cpu_percent=sample.job_cpu_percent, memory_percent=sample.memory_percent,
         memory_available_bytes=sample.memory_available_bytes, job_nic=sample.job_nic or "", node_rank=node_rank,
         nics=[pb.NicRate(name=n.name, rx_bytes_per_s=n.rx_bytes_per_s, tx_bytes_per_s=n.tx_bytes_per_s,
-                         link_bytes_per_s=n.link_bytes_per_s or 0.0) for n in sample.nics],
+                         link_bytes_per_s=n.link_bytes_per_s or 0.0, busy_share=n.busy_share) for n in sample.nics],
         ps=[pb.PsRunning(ps_index=i, address=a) for i, a in sorted((ps or {}).items())],
     )
 
@@ -99,7 +99,8 @@ def sample_from_proto(message: pb.HostResources) -> HostSample:
         host=message.host, time_s=message.time_s, interval_s=message.interval_s, cpu_count=max(1, message.cpu_count),
         cpu_percent=message.cpu_percent, job_cpu_percent=message.job_cpu_percent, memory_percent=message.memory_percent,
         memory_available_bytes=message.memory_available_bytes, job_nic=message.job_nic or None,
-        nics=tuple(NicSample(n.name, n.rx_bytes_per_s, n.tx_bytes_per_s, n.link_bytes_per_s or None) for n in message.nics),
+        nics=tuple(NicSample(n.name, n.rx_bytes_per_s, n.tx_bytes_per_s, n.link_bytes_per_s or None,
+                             n.busy_share if n.HasField("busy_share") else None) for n in message.nics),
     )
 
 

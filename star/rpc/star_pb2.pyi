@@ -385,16 +385,18 @@ class IterationReport(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., iteration: _Optional[int] = ..., compute_s: _Optional[float] = ..., push_s: _Optional[float] = ..., pull_s: _Optional[float] = ..., batch_size: _Optional[int] = ..., amp: _Optional[bool] = ..., loss: _Optional[float] = ..., slowdown: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., heartbeat: _Optional[bool] = ..., paced_s: _Optional[float] = ..., fixed_samples: _Optional[float] = ...) -> None: ...
 
 class NicRate(_message.Message):
-    __slots__ = ("name", "rx_bytes_per_s", "tx_bytes_per_s", "link_bytes_per_s")
+    __slots__ = ("name", "rx_bytes_per_s", "tx_bytes_per_s", "link_bytes_per_s", "busy_share")
     NAME_FIELD_NUMBER: _ClassVar[int]
     RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     LINK_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BUSY_SHARE_FIELD_NUMBER: _ClassVar[int]
     name: str
     rx_bytes_per_s: float
     tx_bytes_per_s: float
     link_bytes_per_s: float
-    def __init__(self, name: _Optional[str] = ..., rx_bytes_per_s: _Optional[float] = ..., tx_bytes_per_s: _Optional[float] = ..., link_bytes_per_s: _Optional[float] = ...) -> None: ...
+    busy_share: float
+    def __init__(self, name: _Optional[str] = ..., rx_bytes_per_s: _Optional[float] = ..., tx_bytes_per_s: _Optional[float] = ..., link_bytes_per_s: _Optional[float] = ..., busy_share: _Optional[float] = ...) -> None: ...
 
 class PsRunning(_message.Message):
     __slots__ = ("ps_index", "address")

@@ -807,7 +807,7 @@ def _valid_resources() -> pb.HostResources:
 REPORT_FIELDS = ["worker_id", "compute_s", "push_s", "pull_s", "slowdown", "cpu_percent", "batch_size"]
 JOIN_FIELDS = ["worker_id", "host", "batch_size"]
 DIRECTIVES_FIELDS = ["worker_id", "directives.batch_size"]
-RESOURCES_FIELDS = ["host", "time_s", "interval_s", "cpu_percent", "memory_percent", "cpu_count", "nics", "ps"]
+RESOURCES_FIELDS = ["host", "time_s", "interval_s", "cpu_percent", "memory_percent", "cpu_count", "nics", "busy_share", "ps"]
 MOVE_FIELDS = ["ps_index", "host"]
 COORDINATOR_CASES = Counter(
     [("report", "valid")] * 3 + [("report", f) for f in REPORT_FIELDS]
@@ -866,6 +866,8 @@ def _coordinator_case(data: st.DataObject, kind: str, field: str) -> Case:
             request.cpu_count = data.draw(st.integers((1 << 16) + 1, 2**32 - 1))
         elif field == "nics":
             request.nics[0].rx_bytes_per_s = data.draw(st.sampled_from([math.nan, -1.0, 1e14]))
+        elif field == "busy_share":
+            request.nics[0].busy_share = data.draw(st.sampled_from([math.nan, -0.1, 1.5]))
         elif field == "ps":
             request.ps[0].address = ""
         else:

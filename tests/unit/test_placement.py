@@ -190,6 +190,33 @@ def test_a_host_whose_saturation_pacing_hides_still_counts_as_saturated():
     assert "paced" in moves[2].reason
 
 
+def test_a_link_busy_all_the_time_in_alternating_directions_counts_as_saturated():
+    """Measured on a 10 Mbit/s PS link (30 Nov): pushes then pulls, busier direction 61-96% over 2 s, busy
+    92-99% of 50 ms ticks. The byte average alone never reached 90%, so the shard never moved."""
+    policy = _policy()
+    alternating = {"a": host("a", nic_used=0.75 * 1.25 * MB, link=1.25 * MB), "b": host("b")}
+    busy = {"a": dataclasses.replace(alternating["a"], nic_busy_share=0.96), "b": host("b")}
+    assert [policy.decide(float(t), ["a"], alternating, [0.5 * MB]) for t in range(5)] == [None] * 5
+    moves = [policy.decide(float(t), ["a"], busy, [0.5 * MB]) for t in range(5, 8)]
+    assert moves[:2] == [None, None] and moves[2] is not None and moves[2].target == "b"
+    assert "busy 96% of the time" in moves[2].reason
+
+
+def test_a_busy_share_under_the_limit_leaves_a_shard_where_it_is():
+    policy = _policy()
+    half_busy = {"a": host("a", nic_used=0.4 * 1.25 * MB, link=1.25 * MB), "b": host("b")}
+    half_busy["a"] = dataclasses.replace(half_busy["a"], nic_busy_share=0.6)
+    assert [policy.decide(float(t), ["a"], half_busy, [0.5 * MB]) for t in range(6)] == [None] * 6
+
+
+def test_host_state_carries_the_job_nics_busy_share_and_zero_where_it_was_not_measured():
+    nics = (NicSample("eth0", 0.5 * MB, 0.9 * MB, 1.25 * MB, busy_share=0.93), NicSample("eth1", 1.0, 1.0, 1e9))
+    sample = HostSample("h", 0.0, 2.0, 2, 10.0, 0.0, 10.0, 1, nics, "eth0")
+    state = host_state(sample, PlacementConfig())
+    assert state.nic_busy_share == 0.93 and state.nic_saturation == 0.93 and state.nic_util == pytest.approx(0.72)
+    assert host_state(dataclasses.replace(sample, job_nic="eth1"), PlacementConfig()).nic_busy_share == 0.0
+
+
 def test_placement_without_cpu_awareness_ignores_cpu_that_hosts_share():
     sample = HostSample("h", 0.0, 1.0, 2, cpu_percent=99.0, job_cpu_percent=10.0, memory_percent=10.0, memory_available_bytes=1)
     state = host_state(sample, PlacementConfig(cpu_aware=False))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections import namedtuple
 
 import pytest
 
-from star.resources import HostSample, NicSample, ResourceSampler, link_bytes_per_s, nic_for_address, shaped_rate_bytes_per_s
+from star.resources import (HostSample, LinkBusyMeter, NicSample, ResourceSampler, busy_share, link_bytes_per_s, nic_for_address,
+                            shaped_rate_bytes_per_s)
 
 Addr = namedtuple("Addr", "family address")
 
@@ -37,10 +39,11 @@ def test_the_job_nic_is_the_interface_holding_the_advertised_address():
 
 
 def test_a_host_sample_survives_its_dict_form_at_the_precision_it_is_published():
-    sample = HostSample("10.0.0.1", 1700000000.5, 2.0, 8, 55.5, 20.5, 40.0, 123456, (NicSample("eth0", 1e6, 2e6, 1.25e9),), "eth0")
+    sample = HostSample("10.0.0.1", 1700000000.5, 2.0, 8, 55.5, 20.5, 40.0, 123456,
+                        (NicSample("eth0", 1e6, 2e6, 1.25e9, busy_share=0.9375), NicSample("lo", 1.0, 1.0, None)), "eth0")
     again = HostSample.from_dict(sample.to_dict())
     assert again == sample and again.foreign_cpu_percent == pytest.approx(35.0)
-    assert again.nic().busiest_bytes_per_s == 2e6
+    assert again.nic().busiest_bytes_per_s == 2e6 and again.nic("lo").busy_share is None
 
 
 def test_sampling_this_host_gives_rates_over_the_interval_and_the_loopback_nic():
@@ -58,3 +61,53 @@ def test_sampling_this_host_gives_rates_over_the_interval_and_the_loopback_nic()
     assert sample.job_nic == "lo" and sample.interval_s > 0
     assert sample.nic().rx_bytes_per_s * sample.interval_s >= 2_000_000
     assert 0 <= sample.cpu_percent <= 100 and sample.cpu_count >= 1 and sample.memory_available_bytes > 0
+
+
+@pytest.mark.parametrize("ticks, link, expected", [
+    ([1.0, 0.0, 1.0, 0.0], 1.0, 0.5),  # busy every other tick
+    ([1.4, 1.0, 0.9, 0.7], 1.0, 0.9),  # a shaper's burst reads above the rate: a tick counts at most once
+    ([0.25] * 8, 1.0, 0.25),  # a steady quarter of the link
+    ([], 1.0, 0.0), ([5.0], 0.0, 0.0),
+])
+def test_busy_share_averages_each_ticks_busier_direction_capped_at_the_link(ticks, link, expected):
+    assert busy_share(ticks, link) == pytest.approx(expected)
+
+
+def test_alternating_push_and_pull_phases_read_as_a_busy_link_though_each_direction_averages_half():
+    """A push phase (rx at the link's rate) then a pull phase (tx at the rate), 10 ticks each."""
+    link = 1000.0
+    readings = iter([(0, 0)] + [(i * 100, 0) for i in range(1, 11)] + [(1000, i * 100) for i in range(1, 11)])
+    clock = [0.0]
+    meter = LinkBusyMeter("eth0", counters=lambda: next(readings), clock=lambda: clock[0])
+    reading = meter.tick(None)
+    for _ in range(20):
+        clock[0] += 0.1
+        reading = meter.tick(reading)
+    ticks = meter.take()
+    assert len(ticks) == 20 and meter.take() == []
+    rx_average = tx_average = 1000 * 1.0 / 2.0 / link  # 1000 bytes each way over 2 s
+    assert max(rx_average, tx_average) == pytest.approx(0.5)
+    assert busy_share(ticks, link) == pytest.approx(1.0)
+
+
+def test_a_sampler_with_busy_ticks_measures_the_job_nic_and_its_thread_ends_on_close():
+    sampler = ResourceSampler("127.0.0.1", job_address="127.0.0.1", busy_tick_s=0.01)
+    try:
+        time.sleep(0.1)
+        nic = sampler.sample().nic()
+        assert nic is not None and nic.name == "lo"
+        # loopback has no known speed, so no share is claimed for it
+        assert nic.busy_share is None
+        assert sampler._busy is not None and sampler._busy._thread.is_alive()
+    finally:
+        sampler.close()
+    assert not sampler._busy._thread.is_alive()
+
+
+def test_a_host_sample_survives_the_wire_with_its_busy_share_and_without_one():
+    from star.rpc.common import sample_from_proto, sample_to_proto
+
+    sample = HostSample("10.0.0.1", 1700000000.5, 2.0, 8, 55.5, 20.5, 40.0, 123456,
+                        (NicSample("eth0", 1e6, 2e6, 1.25e9, busy_share=0.0), NicSample("lo", 1.0, 1.0, None)), "eth0")
+    again = sample_from_proto(sample_to_proto(sample))
+    assert again.nic().busy_share == 0.0 and again.nic("lo").busy_share is None
