@@ -171,12 +171,17 @@ class TrafficGuard:
         return budget / num_workers, f"{reason}: each worker pushes at most {budget / num_workers / 1e6:.2f} MB/s"
 
     def _hysteresis(self, active: bool, layout: PsLayout) -> tuple[bool | None, str]:
-        """(True: turn relief on, False: off, None: keep as is) from the PS hosts' measured NIC use."""
+        """(True: turn relief on, False: off, None: keep as is) from the PS hosts' measured NIC use.
+
+        Pacing reads bytes (`nic_util`): it budgets them, and on a link busy only with this job's own rounds it
+        would slow every round. Trees read time as well (`nic_saturation`, the busy share): they cost no update
+        rate, and a round's push phase then pull phase keep a link that sets the pace busy while each direction
+        averages far under its rate (40 Mbit/s PS link, 4 workers: about half), where bytes alone never turn them on."""
         c = self.config
         by_host = {h: b for h, b in layout.bytes_by_host().items() if h in layout.hosts and b > 0}
         if not by_host:
             return None, "no PS host measured yet"
-        util = {h: layout.hosts[h].nic_util for h in by_host}
+        util = {h: layout.hosts[h].nic_saturation if c.relief == "tree" else layout.hosts[h].nic_util for h in by_host}
         if not active:
             hot = {h: u for h, u in util.items() if u > c.pace_above_util}
             self._hot_streak = self._hot_streak + 1 if hot else 0
@@ -185,7 +190,8 @@ class TrafficGuard:
             self._hot_streak, self._calm_streak = 0, 0
             self.pressured = frozenset(hot)
             host = max(hot, key=hot.get)
-            return True, f"PS host {host}'s NIC at {hot[host]:.0%} for {c.pace_enter_n} decisions"
+            reading = "busier direction or busy share" if c.relief == "tree" else "busier direction"
+            return True, f"PS host {host}'s NIC at {hot[host]:.0%} ({reading}) for {c.pace_enter_n} decisions"
         busiest = max(util.values())
         self._calm_streak = self._calm_streak + 1 if busiest < c.pace_release_util else 0
         if self._calm_streak >= c.pace_exit_n:

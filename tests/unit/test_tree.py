@@ -320,6 +320,18 @@ def test_tree_relief_turns_trees_on_after_a_hot_streak_and_off_after_a_calm_one(
     assert off.tree_fanout is None and "trees off" in off.reason
 
 
+def test_tree_relief_turns_trees_on_for_a_link_busy_in_turns_and_pacing_does_not_pace_it():
+    """Push phase, then pull phase: each direction averages half the link, the link is busy 95% of the time."""
+    def turns() -> PsLayout:
+        layout = _layout(5 * MB)
+        return dataclasses.replace(layout, hosts={"ps-host": dataclasses.replace(layout.hosts["ps-host"], nic_busy_share=0.95)})
+
+    trees = TrafficGuard(TrafficConfig(relief="tree", tree_fanout=2))
+    assert [trees.relieve(None, None, turns(), 4).tree_fanout for _ in range(2)] == [None, 2]
+    pacing = TrafficGuard(TrafficConfig(relief="pace"))
+    assert [pacing.relieve(None, None, turns(), 4).push_pace_bytes_per_s for _ in range(4)] == [None] * 4
+
+
 def test_tree_relief_leaves_a_configured_tree_alone():
     guard = TrafficGuard(TrafficConfig(relief="tree", pace_exit_n=1))
     assert guard.relieve(None, 2, _layout(1 * MB), 4).tree_fanout == 2  # calm, but the guard did not turn it on
