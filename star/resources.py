@@ -14,8 +14,8 @@ tests emulate a slow NIC. Loopback and virtual NICs of unknown speed report None
 Busy share (`LinkBusyMeter`): a synchronous PS round pushes, then pulls, so each direction
 of a link that sets the pace idles about half the time and its busier direction averages
 well under its rate over a 2 s sample (measured 61-96% on a 10 Mbit/s link busy from
-round to round). Counters read every few tens of ms resolve the phases: the share of
-ticks the link was busy in either direction is what says "this link is the bottleneck".
+round to round). Counters read every few tens of ms resolve the phases: each tick's busier
+direction over the link, capped at 1 and averaged, is what says "this link is the bottleneck".
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -155,16 +156,17 @@ def busy_share(tick_bytes_per_s: Sequence[float], link_bytes_per_s: float) -> fl
 
 class LinkBusyMeter:
     """Reads one NIC's byte counters every `tick_s` in a thread of its own; `take()` hands over each
-    tick's busier-direction bytes/s since the previous take. Cheap: one /proc/net/dev read per tick."""
+    tick's busier-direction bytes/s since the previous take (at most the latest `keep_ticks`, should nobody take
+    them). Cheap: one /proc/net/dev read per tick."""
 
     def __init__(self, nic: str, tick_s: float = 0.05,
                  counters: Callable[[], tuple[int, int] | None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, keep_ticks: int = 12_000) -> None:
         self.nic = nic
         self.tick_s = tick_s
         self._counters = counters or self._read  # (rx, tx) bytes since boot
         self._clock = clock
-        self._ticks: list[float] = []
+        self._ticks: deque[float] = deque(maxlen=keep_ticks)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -187,7 +189,8 @@ class LinkBusyMeter:
 
     def take(self) -> list[float]:
         with self._lock:
-            ticks, self._ticks = self._ticks, []
+            ticks = list(self._ticks)
+            self._ticks.clear()
         return ticks
 
     def start(self) -> None:

@@ -111,3 +111,13 @@ def test_a_host_sample_survives_the_wire_with_its_busy_share_and_without_one():
                         (NicSample("eth0", 1e6, 2e6, 1.25e9, busy_share=0.0), NicSample("lo", 1.0, 1.0, None)), "eth0")
     again = sample_from_proto(sample_to_proto(sample))
     assert again.nic().busy_share == 0.0 and again.nic("lo").busy_share is None
+
+
+def test_ticks_nobody_takes_are_kept_only_up_to_the_limit():
+    readings = iter((i * 10, 0) for i in range(10))
+    clock = iter(float(i) for i in range(10))
+    meter = LinkBusyMeter("eth0", counters=lambda: next(readings), clock=lambda: next(clock), keep_ticks=3)
+    reading = meter.tick(None)
+    for _ in range(9):
+        reading = meter.tick(reading)
+    assert meter.take() == [10.0, 10.0, 10.0] and meter.take() == []
