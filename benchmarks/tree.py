@@ -35,7 +35,7 @@ from star.config import JobConfig, from_dict
 
 def run(args: argparse.Namespace) -> list[dict]:
     out = Path(args.out)
-    fanouts: list[int | str] = [int(f) for f in args.fanouts.split(",")]
+    fanouts: list[int | str] = list(args.fanouts)
     fanouts += [f"relief{f}" for f in args.relief_fanouts]
     nodes = args.workers + 1
     ps_host = nodes - 1  # workers go to node w % nodes: the last node runs the PS and no worker
@@ -94,20 +94,22 @@ def summary(rows: list[dict], args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _fanouts(text: str) -> list[int]:
+def _fanouts(text: str, allow_none: bool = False) -> list[int]:
     try:
         fanouts = [int(f) for f in text.split(",") if f.strip()]
     except ValueError:
         fanouts = []
-    if not fanouts or min(fanouts) < 2:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated tree fanouts of at least 2")
+    if not fanouts or any(f < 2 and not (allow_none and f == 0) for f in fanouts):
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated tree fanouts of at least 2"
+                                         + (" (0: no trees)" if allow_none else ""))
     return fanouts
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--fanouts", default="0,2,4", help="comma-separated tree fanouts; 0 = no trees")
+    parser.add_argument("--fanouts", type=lambda text: _fanouts(text, allow_none=True), default=[0, 2, 4],
+                        help="comma-separated tree fanouts; 0 = no trees")
     parser.add_argument("--relief-fanouts", type=_fanouts, default=[], help="comma-separated: arms that start without trees and let the "
                         "traffic guard turn trees of this fanout on when the PS NIC runs hot")
     add_job_flags(parser, cap_mbit=40.0, max_time_s=200.0, repeats=1, out="runs/tree")

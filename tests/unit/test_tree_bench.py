@@ -24,8 +24,10 @@ def test_the_table_shows_relief_arms_beside_fixed_fanouts_with_when_trees_went_o
     assert "median TTA, relief2 (trees when the PS NIC runs hot): 28.00 s vs 31.00 s without: ratio 0.90" in text
 
 
-@pytest.mark.parametrize("bad", ["two", "1", ""])
-def test_a_relief_fanout_that_is_not_a_tree_is_refused_before_any_host_is_built(bad, capsys):
+@pytest.mark.parametrize("flag, bad", [("--relief-fanouts", "two"), ("--relief-fanouts", "1"), ("--relief-fanouts", "0"),
+                                       ("--relief-fanouts", ""), ("--fanouts", "0,x"), ("--fanouts", "1")])
+def test_a_fanout_that_is_not_a_tree_is_refused_before_any_host_is_built(flag, bad, capsys):
     with pytest.raises(SystemExit) as exit_:
-        main(["--relief-fanouts", bad, "--out", "/nonexistent/tree"])
-    assert exit_.value.code == 2 and "--relief-fanouts" in capsys.readouterr().err
+        main([flag, bad, "--out", "/nonexistent/tree"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and flag in err and repr(bad) in err and "Traceback" not in err
