@@ -151,6 +151,7 @@ class Mailboxes:
         self.socket_pushes = 0  # accepted pushes whose bytes came by the socket channel (counted in `pushes` too)
         self.socket_pulls = 0  # pulls served by the socket channel (counted in `pulls` too)
         self.bf16_pull_roundings = 0  # board versions rounded to bfloat16 for the socket channel's bf16 pulls
+        self.observer_board_pulls = 0  # evaluator pulls served from the pull board (not counted in `pulls`)
         if enabled:
             removed = sweep()
             if removed:
@@ -266,7 +267,9 @@ class Mailboxes:
     def pull_body(self, request: pb.PullRequest, snapshot) -> tuple[int, int, list[tuple[int, bytes]]]:
         """(shm_seq, shm_slot, chunks to stream): a worker that asked and has a mailbox reads the board slot
         its version is on (shm_slot = slot + 1), or its mailbox (shm_slot 0); anyone else gets chunks."""
-        box = self.boxes.get(request.worker_id) if request.shm and not request.observer else None
+        if request.observer:
+            return self._observer_body(request, snapshot)
+        box = self.boxes.get(request.worker_id) if request.shm else None
         if box is None:
             return 0, 0, snapshot.chunks(checked_dtype(request.dtype))
         self.pulls += 1
@@ -277,12 +280,23 @@ class Mailboxes:
             return placement.seq, placement.slot + 1, []
         return box.put_pull(snapshot.chunks(), snapshot.version), 0, []
 
+    def _observer_body(self, request: pb.PullRequest, snapshot) -> tuple[int, int, list[tuple[int, bytes]]]:
+        """An evaluator on this host reads the version's board slot, as workers do: at 10M parameters a
+        streamed pull was 40 MB through both processes for each evaluation. It is never written into a
+        mailbox (the evaluator shares worker 0's) and holds no slot: a slot rewritten while it copies fails
+        the stamp check, and the evaluator pulls that shard again as chunks."""
+        placement = snapshot.placement
+        if request.shm and request.worker_id in self.boxes and placement is not None and self.board is not None:
+            self.observer_board_pulls += 1
+            return placement.seq, placement.slot + 1, []
+        return 0, 0, snapshot.chunks(checked_dtype(request.dtype))
+
     def counters(self) -> dict[str, int]:
         """How pushes and pulls travelled, for Stats (transport_in_use in star/shm.py reads them)."""
         return dict(shm_pushes=self.pushes, shm_pulls=self.pulls, shm_board_pulls=self.board_pulls,
                     bf16_pushes=self.bf16_pushes, doorbell_calls=self.doorbell_calls, socket_pushes=self.socket_pushes,
                     shm_grad_pushes=self.grad_pushes, socket_pulls=self.socket_pulls,
-                    bf16_pull_roundings=self.bf16_pull_roundings)
+                    bf16_pull_roundings=self.bf16_pull_roundings, observer_board_pulls=self.observer_board_pulls)
 
     def close(self) -> None:
         for box in self.boxes.values():

@@ -275,15 +275,13 @@ class PSClient:
                 if header is not None:
                     self._take_pull_header(i, header, out)
                     return
-            box = self.mailboxes[i]
-            request = pb.PullRequest(worker_id=self.worker_id, observer=observer, shm=box is not None and not observer,
-                                     dtype=self.wire, min_version=min_version if observer else 0)
-            dtype = self.wire
-            for reply in stub.Pull(request, timeout=timeout_s):
-                if reply.HasField("header"):
-                    dtype = self._take_pull_header(i, reply.header, out)
-                else:
-                    write_chunk(out, self.views[i].range.start + reply.chunk.offset, reply.chunk.data, dtype)
+            if observer and self.boards[i] is not None:
+                try:
+                    self._stream_pull(i, stub, out, timeout_s, observer, min_version, board=True)
+                    return
+                except ShmError:  # the slot was rewritten while copied: this shard's version again, as chunks
+                    pass
+            self._stream_pull(i, stub, out, timeout_s, observer, min_version, board=False)
 
         if observer or not self._all_shm:
             self._each(pull_one)
@@ -295,6 +293,20 @@ class PSClient:
             if header is not None:  # None: a shard that moved, pulled through pull_one
                 self._take_pull_header(i, header, out)
         return self.views
+
+    def _stream_pull(self, i: int, stub: pb_grpc.ParameterServerStub, out: torch.Tensor, timeout_s: float | None,
+                     observer: bool, min_version: int, board: bool) -> None:
+        """Shard `i`'s Pull call. A worker with a mailbox, and an observer asking for the `board`, may be
+        answered with a header that points into shared memory; anyone else gets the parameters as chunks."""
+        shm = board if observer else self.mailboxes[i] is not None
+        request = pb.PullRequest(worker_id=self.worker_id, observer=observer, shm=shm, dtype=self.wire,
+                                 min_version=min_version if observer else 0)
+        dtype = self.wire
+        for reply in stub.Pull(request, timeout=timeout_s):
+            if reply.HasField("header"):
+                dtype = self._take_pull_header(i, reply.header, out)
+            else:
+                write_chunk(out, self.views[i].range.start + reply.chunk.offset, reply.chunk.data, dtype)
 
     def _take_pull_header(self, i: int, h: pb.PullHeader, out: torch.Tensor) -> str:
         """Record what shard `i` served and copy its parameters out of shared memory when they are there;

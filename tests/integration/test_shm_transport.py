@@ -24,7 +24,7 @@ from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS
 from star.rpc.ps_client import PSClient
 from star.rpc.security import TOKEN_ENV, Credentials
-from star.shm import MAX_GRAD_SHARDS, SHM_DIR, GradSegment, Mailbox, grad_segment_name, job_tag
+from star.shm import MAX_GRAD_SHARDS, SHM_DIR, GradSegment, Mailbox, PullBoard, ShmError, grad_segment_name, job_tag
 from tests.integration.refusal_checks import observed_state, push_header
 
 pytestmark = pytest.mark.integration
@@ -73,6 +73,53 @@ def test_shm_and_grpc_workers_pull_identical_bits_and_push_the_same_update(clust
     assert [s.counters["shm_pushes"] for s in stats] == [3, 3]  # the shm worker's pushes used the mailboxes
     assert [s.counters["shm_board_pulls"] for s in stats] == [3, 3]  # its pulls read each version off the board
     for client in (shm, plain, evaluator):
+        client.close()
+
+
+def test_an_evaluator_on_the_host_reads_each_version_off_the_board_bit_for_bit_and_polls_with_headers(cluster):
+    """The coordinator's evaluator (an observer under worker 0's id) copies the board slot a version is on,
+    as a same-host worker does, instead of having it streamed; a version it asked for too early moves nothing."""
+    addresses = cluster.start_ps(2, optimizer=("--optimizer.name", "sgd", "--optimizer.lr", "0.5", "--optimizer.momentum", "0.9"))
+    _, (worker,) = _clients(addresses, ("shm",))
+    evaluators = [PSClient(addresses, worker_id=0, transport=t) for t in ("auto", "grpc")]
+    for evaluator in evaluators:
+        evaluator.register(NUMEL)
+    params, seen = torch.empty(NUMEL), [torch.empty(NUMEL), torch.empty(NUMEL)]
+    for step in range(3):
+        worker.pull(params, timeout_s=10)
+        for evaluator, out in zip(evaluators, seen):
+            assert [v.version for v in evaluator.pull(out, timeout_s=10, observer=True, min_version=step)] == [step, step]
+            assert torch.equal(out, params)  # bit for bit, over the board and over chunks
+        early = torch.full((NUMEL,), -1.0)
+        evaluators[0].pull(early, timeout_s=10, observer=True, min_version=step + 1)
+        assert bool((early == -1.0).all())  # not there yet: the header said so, no parameters moved
+        worker.push(torch.randn(NUMEL, generator=torch.Generator().manual_seed(step)), iteration=step, timeout_s=10)
+    stats = worker.stats()
+    assert [s.counters["observer_board_pulls"] for s in stats] == [3, 3]  # the grpc evaluator's were streamed
+    assert [s.counters["shm_board_pulls"] for s in stats] == [3, 3]  # the worker's own pulls, unchanged
+    for client in (worker, *evaluators):
+        client.close()
+
+
+def test_an_evaluator_whose_board_slot_is_rewritten_while_it_copies_gets_the_version_as_chunks(cluster, monkeypatch):
+    addresses = cluster.start_ps(1)
+    initial, (worker,) = _clients(addresses, ("shm",))
+    evaluator = PSClient(addresses, worker_id=0)
+    evaluator.register(NUMEL)
+    worker.pull(torch.empty(NUMEL), timeout_s=10)
+    torn = []
+
+    def rewritten_while_copied(board, slot, out, seq):
+        out.fill_(7.0)  # half of another version, as a torn copy would leave it
+        torn.append(slot)
+        raise ShmError(f"board slot {slot} was rewritten while read")
+
+    monkeypatch.setattr(PullBoard, "take", rewritten_while_copied)
+    out = torch.empty(NUMEL)
+    evaluator.pull(out, timeout_s=10, observer=True)
+    assert torn and torch.equal(out, initial)  # the torn copy was thrown away and the version streamed
+    assert evaluator.stats()[0].counters["observer_board_pulls"] == 1
+    for client in (worker, evaluator):
         client.close()
 
 
