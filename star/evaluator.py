@@ -39,9 +39,10 @@ class Evaluator:
         before the first update, nor while some shard has applied fewer than `min_version` updates."""
         # Polling for a version moves headers only: a full pull of a 10M-parameter model every poll_s
         # took a third of a core in the coordinator and a fifth in each PS, away from the workers.
-        views = self.client.pull(self.flat.params, timeout_s=30.0, observer=True, min_version=min_version)
+        # Version 0 (before the first update) is never evaluated, so it is never pulled either.
+        views = self.client.pull(self.flat.params, timeout_s=30.0, observer=True, min_version=max(1, min_version))
         since = max(v.since_first_update_s for v in views)
-        if since < 0 or min(v.version for v in views) < min_version:
+        if since < 0 or min(v.version for v in views) < max(1, min_version):
             return since, None
         model = self.model
         if self.device_flat is not None:

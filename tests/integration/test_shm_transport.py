@@ -18,6 +18,8 @@ import psutil
 import pytest
 import torch
 
+from star.evaluator import Evaluator
+from star.flat import FlatModel
 from star.plan import ssgd
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
@@ -25,6 +27,7 @@ from star.rpc.common import CHANNEL_OPTIONS
 from star.rpc.ps_client import PSClient
 from star.rpc.security import TOKEN_ENV, Credentials
 from star.shm import MAX_GRAD_SHARDS, SHM_DIR, GradSegment, Mailbox, PullBoard, ShmError, grad_segment_name, job_tag
+from star.tasks.registry import get_task
 from tests.integration.refusal_checks import observed_state, push_header
 
 pytestmark = pytest.mark.integration
@@ -99,6 +102,30 @@ def test_an_evaluator_on_the_host_reads_each_version_off_the_board_bit_for_bit_a
     assert [s.counters["shm_board_pulls"] for s in stats] == [3, 3]  # the worker's own pulls, unchanged
     for client in (worker, *evaluators):
         client.close()
+
+
+def test_the_coordinators_evaluator_moves_no_parameters_before_the_first_update_then_reads_the_board(cluster):
+    """It polls every 50 ms from the job's start: version 0 is never evaluated, so it is never pulled."""
+    task = get_task("digits")
+    evaluator_model = FlatModel(task.build_model(0))
+    addresses = cluster.start_ps(2)
+    worker = PSClient(addresses, worker_id=0, transport="shm")
+    worker.wait_ready(30)
+    worker.init_if_needed(evaluator_model.params.clone(), worker.register(evaluator_model.numel))
+    worker.configure(ssgd([0], epoch=1))
+    evaluator = Evaluator(task, addresses, seed=0)
+    try:
+        for _ in range(3):
+            assert evaluator.evaluate()[1] is None
+        assert [s.counters.get("observer_board_pulls", 0) for s in worker.stats()] == [0, 0]
+        worker.pull(torch.empty(evaluator_model.numel), timeout_s=10)
+        worker.push(torch.zeros(evaluator_model.numel), iteration=0, timeout_s=10)
+        since, point = evaluator.evaluate()
+        assert point is not None and point.version == 1 and since >= 0
+        assert [s.counters["observer_board_pulls"] for s in worker.stats()] == [1, 1]
+    finally:
+        evaluator.close()
+        worker.close()
 
 
 def test_an_evaluator_whose_board_slot_is_rewritten_while_it_copies_gets_the_version_as_chunks(cluster, monkeypatch):
