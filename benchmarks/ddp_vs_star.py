@@ -74,6 +74,8 @@ def job(args: argparse.Namespace, task: str, mode: str, trace: str | None, out: 
             "plan": {"mode": mode}, "device": args.device, "threads_per_process": args.threads_per_process}
     if mode != "ddp":
         data["ps"] = args.ps
+        if args.checkpoint_every_s is not None:
+            data["faults"] = {"checkpoint_every_s": args.checkpoint_every_s}
     if args.target is not None:
         data["target"] = args.target
     if args.batch_size is not None:
@@ -147,6 +149,9 @@ def parser() -> argparse.ArgumentParser:
                    help="torch intra-op threads of every worker, PS and DDP rank (a GPU host's spare cores speed the PSs' CPU update)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                    help="where workers and DDP ranks compute (cuda: they share the visible GPUs round-robin)")
+    p.add_argument("--checkpoint-every-s", type=float, default=None,
+                   help="STAR rows: each PS checkpoints this often (default STAR's own, 10 s; 0: only at the end). "
+                        "DDP rows write no checkpoints, so 0 compares the two without STAR's fault tolerance")
     p.add_argument("--rows", default=",".join(name for name, _, _ in RUNS), help="which rows to run (default all)")
     p.add_argument("--from-runs", action="store_true", help="run nothing: summarise OUT/runs.csv and the runs' curves again")
     p.add_argument("--out", default="benchmarks/results/ddp_vs_star")
@@ -163,6 +168,8 @@ def main(argv: list[str] | None = None, run: Callable[[JobConfig], dict] = launc
             raise BenchError(f"--workers {args.workers}, --ps {args.ps}, --repeats {args.repeats}: each must be >= 1")
         if args.threads_per_process < 1:
             raise BenchError(f"--threads-per-process {args.threads_per_process}: must be >= 1")
+        if args.checkpoint_every_s is not None and not args.checkpoint_every_s >= 0:
+            raise BenchError(f"--checkpoint-every-s {args.checkpoint_every_s}: must be >= 0")
         unknown = set(args.rows.split(",")) - {name for name, _, _ in RUNS}
         if unknown:
             raise BenchError(f"--rows: unknown {', '.join(sorted(unknown))} (known: {', '.join(n for n, _, _ in RUNS)})")

@@ -109,3 +109,12 @@ def test_an_interrupt_stops_the_benchmark_with_exit_130_keeping_the_runs_measure
                              "--out", str(tmp_path)], run=run) == 130
     assert len(calls) == 2 and "interrupted" in capsys.readouterr().err
     assert len((tmp_path / "runs.csv").read_text().strip().splitlines()) == 1 + 2  # header + the two runs
+
+
+def test_checkpoint_every_s_reaches_only_the_star_rows_and_a_negative_one_exits_2_naming_the_flag(tmp_path, capsys):
+    calls: list[JobConfig] = []
+    assert ddp_vs_star.main(["--preset", "1m", "--workers", "2", "--repeats", "1", "--checkpoint-every-s", "0",
+                             "--rows", "ddp-clean,star-ssgd-clean", "--out", str(tmp_path)], run=fake_run(calls)) == 0
+    assert [(c.plan.mode, c.faults.checkpoint_every_s) for c in calls] == [("ddp", 10.0), ("ssgd", 0.0)]  # DDP: unused
+    code = ddp_vs_star.main(["--preset", "1m", "--checkpoint-every-s", "-1", "--out", str(tmp_path)], run=fake_run([]))
+    assert code == 2 and "--checkpoint-every-s -1.0" in capsys.readouterr().err
