@@ -39,11 +39,11 @@ from star.events import EventLog
 from star.observe import JobObserver
 from star.logs import log
 from star.plan import SyncPlan
-from star.rpc import star_pb2 as pb
-from star.rpc import star_pb2_grpc as pb_grpc
+from star.rpc import star_pb2 as pb, star_pb2_grpc as pb_grpc
 from star.rpc.common import CONTROL_CHANNEL_OPTIONS, MAX_LABEL_CHARS, address, host_of, sample_from_proto, write_ready_file
 from star.ps_watch import PsWatch
-from star.rpc.ps_client import RETRYABLE, PSClient, stats_at
+from star.rpc.ps_client import PSClient, stats_at
+from star.rpc.retries import RETRYABLE
 from star.rpc.security import Credentials
 from star.shm import transport_in_use
 from star.tasks import get_task
@@ -53,8 +53,7 @@ logger = logging.getLogger("coordinator")
 
 class CoordinatorService(pb_grpc.CoordinatorServicer):
     def __init__(self, config: CoordinatorConfig, events: EventLog):
-        self.config = config
-        self.events = events
+        self.config, self.events = config, events
         self.worker_limit = max(config.workers, config.max_workers)  # worker ids 0..worker_limit-1 may join
         self.cluster = ClusterView(self.worker_limit, config.report_window)
         self.pending_admissions: set[int] = set()  # joined mid-run, admitted into the plan at the next decision period
@@ -412,8 +411,9 @@ class Coordinator:
             return None
 
     def _evaluate(self, evaluator: Evaluator, min_version: int) -> tuple[float, EvalPoint | None]:
+        rule = self.config.evaluation  # on the grid, each PS holds the call for the version (no 50 ms polls)
         try:
-            return evaluator.evaluate(min_version)
+            return evaluator.evaluate(min_version, rule.wait_s if rule.every_updates else 0.0)
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 return -1.0, None

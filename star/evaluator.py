@@ -34,13 +34,15 @@ class Evaluator:
         self.client = PSClient(ps_addresses, worker_id=0, credentials=credentials)
         self.client.register(self.flat.numel)
 
-    def evaluate(self, min_version: int = 0) -> tuple[float, EvalPoint | None]:
+    def evaluate(self, min_version: int = 0, wait_s: float = 0.0) -> tuple[float, EvalPoint | None]:
         """(seconds since the first update, < 0 before it; the evaluation). No evaluation (None)
-        before the first update, nor while some shard has applied fewer than `min_version` updates."""
+        before the first update, nor while some shard has applied fewer than `min_version` updates.
+        `wait_s`: a shard below it may hold the call that long for the version to come."""
         # Polling for a version moves headers only: a full pull of a 10M-parameter model every poll_s
         # took a third of a core in the coordinator and a fifth in each PS, away from the workers.
         # Version 0 (before the first update) is never evaluated, so it is never pulled either.
-        views = self.client.pull(self.flat.params, timeout_s=30.0, observer=True, min_version=max(1, min_version))
+        views = self.client.pull(self.flat.params, timeout_s=30.0, observer=True, min_version=max(1, min_version),
+                                 wait_s=wait_s)
         since = max(v.since_first_update_s for v in views)
         if since < 0 or min(v.version for v in views) < max(1, min_version):
             return since, None

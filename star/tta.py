@@ -24,7 +24,8 @@ class EvalConfig:
     """How the held-out set is evaluated and when the target counts as reached."""
 
     every_updates: int = 2  # evaluate at each multiple of this many applied updates (0: every eval_period_s instead)
-    poll_s: float = 0.05  # with every_updates > 0: how often the evaluator checks the PSs' version
+    poll_s: float = 0.05  # with every_updates > 0: how often the evaluator checks the PSs' version ...
+    wait_s: float = 1.0  # ... where each PS holds the check up to this long for the version to come (0: polls only)
     smoothing: int = 3  # the target applies to the mean metric of the last this many evaluations (1: no smoothing)
 
     def __post_init__(self) -> None:
@@ -32,6 +33,8 @@ class EvalConfig:
             raise ConfigError("evaluation.every_updates", self.every_updates, "must be >= 0")
         if not self.poll_s > 0:
             raise ConfigError("evaluation.poll_s", self.poll_s, "must be > 0")
+        if not 0 <= self.wait_s <= 60:
+            raise ConfigError("evaluation.wait_s", self.wait_s, "must be in [0, 60]")
         if self.smoothing < 1:
             raise ConfigError("evaluation.smoothing", self.smoothing, "must be >= 1")
 

@@ -65,6 +65,19 @@ class Rejected(Exception):
         self.code, self.reason, self.message = code, reason, message
 
 
+def check_worker_id(worker_id: int, max_workers: int) -> None:
+    if worker_id >= max_workers:
+        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_worker_id",
+                       f"worker_id {worker_id} is outside 0..{max_workers - 1} (this PS's max_workers)")
+
+
+def check_total_numel(total_numel: int, max_model_bytes: int) -> None:
+    limit = max_model_bytes // 4
+    if not 1 <= total_numel <= limit:
+        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_total_numel",
+                       f"total_numel {total_numel} is outside 1..{limit} (max_model_bytes={max_model_bytes})")
+
+
 def check_relay_address(relay_address: str) -> None:
     """A worker's relay address is handed to other workers: it must be a plain host:port."""
     if not relay_address:

@@ -18,12 +18,14 @@ import grpc
 import torch
 
 from star.ps_server.checkpointing import ShardCheckpointer
-from star.ps_server.config import PSConfig, Rejected, check_plan_fields, check_relay_address
+from star.ps_server.config import (PSConfig, Rejected, check_plan_fields, check_relay_address, check_total_numel,
+                                   check_worker_id)
 from star.ps_server.handover import HandOver
 from star.ps_server.restoring import Restoring
 from star.ps_server.received import Received, ReceivedGradients
 from star.ps_server.shard import ShardState, Snapshot, squared_norm_if_finite
 from star.ps_server.transport import ChunkPayload, Mailboxes, checked_dtype
+from star.ps_server.version_watch import VersionWatch
 from star.aggregate import Aggregator, Effects, PushRejected, RejectCode
 from star.flat import WIRE_DTYPE, FlatError, shard_ranges
 from star.logs import log
@@ -59,6 +61,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         self.waits = WaitLedger()  # who made whom wait, by this PS's clock (straggler summary, /metrics)
         self.noise = NoiseAccumulator()
         self._waiters: dict[int, asyncio.Future] = {}
+        self.observers = VersionWatch()  # evaluators' pulls held for a version (PullRequest.wait_s)
         self._started = time.monotonic()
         self._first_update: float | None = None
         # Handing the shard over (MigrateOut): while draining, pulls are held; once moved, every call is redirected.
@@ -81,23 +84,6 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         if self.shard is None:
             raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, "not_initialized", "parameter server not initialised: send Init first")
         return self.shard
-
-    def _check_worker_id(self, worker_id: int) -> None:
-        if worker_id >= self.config.max_workers:
-            raise Rejected(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "bad_worker_id",
-                f"worker_id {worker_id} is outside 0..{self.config.max_workers - 1} (this PS's max_workers)",
-            )
-
-    def _check_total_numel(self, total_numel: int) -> None:
-        limit = self.config.max_model_bytes // 4
-        if not 1 <= total_numel <= limit:
-            raise Rejected(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "bad_total_numel",
-                f"total_numel {total_numel} is outside 1..{limit} (max_model_bytes={self.config.max_model_bytes})",
-            )
 
     async def _messages(self, request_iterator, what: str):
         """The client stream's messages; a stream that goes silent for stream_idle_timeout_s is refused."""
@@ -162,6 +148,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             future = self._waiters.pop(worker, None)
             if future is not None and not future.done():
                 future.set_result(self._pull_view())
+        if effects.applies:
+            self.observers.applied(self.aggregator.version)
         if effects.applies and self.checkpointer is not None:
             self.checkpointer.record_version(self.aggregator.version)
             self.checkpointer.maybe_save(self.aggregator.version, self.capture)
@@ -176,8 +164,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
     async def Register(self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext) -> pb.RegisterReply:
         await self._gate(context)
         try:
-            self._check_worker_id(request.worker_id)
-            self._check_total_numel(request.total_numel)
+            check_worker_id(request.worker_id, self.config.max_workers)
+            check_total_numel(request.total_numel, self.config.max_model_bytes)
             if self.total_numel is not None and request.total_numel != self.total_numel:
                 raise Rejected(
                     grpc.StatusCode.INVALID_ARGUMENT,
@@ -294,7 +282,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
 
     def _open_init(self, header: pb.InitHeader) -> ChunkPayload:
         """Checks an Init header; the payload is this PS's shard of the initial fp32 parameters."""
-        self._check_total_numel(header.total_numel)
+        check_total_numel(header.total_numel, self.config.max_model_bytes)
         if header.dtype != WIRE_DTYPE:  # the initial parameters are the fp32 master copy: never rounded
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_dtype", f"dtype {header.dtype!r} is not {WIRE_DTYPE}")
         if self.total_numel is not None and header.total_numel != self.total_numel:
@@ -315,7 +303,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
 
     def _open_push(self, header: pb.PushHeader, shard_numel: int):
         """Checks a Push header; the payload comes through the transport seam (gRPC chunks or a mailbox)."""
-        self._check_worker_id(header.worker_id)
+        check_worker_id(header.worker_id, self.config.max_workers)
         if header.worker_id not in self.registered:
             raise Rejected(
                 grpc.StatusCode.NOT_FOUND, "unknown_worker", f"unknown worker {header.worker_id}: call Register first"
@@ -331,7 +319,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "bad_contributors",
                             f"{len(header.contributors)} contributors: this PS takes at most {self.config.max_workers} workers")
         for child in header.contributors:
-            self._check_worker_id(child)
+            check_worker_id(child, self.config.max_workers)
             if child not in self.registered:
                 raise Rejected(grpc.StatusCode.NOT_FOUND, "unknown_worker",
                                 f"unknown contributor {child}: it must call Register first")
@@ -365,7 +353,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         await self._gate(context, hold_while_draining=not request.observer)
         try:
             shard = self._require_shard()
-            self._check_worker_id(worker)
+            check_worker_id(worker, self.config.max_workers)
             if not request.observer and worker not in self.registered:
                 raise Rejected(grpc.StatusCode.NOT_FOUND, "unknown_worker", f"unknown worker {worker}: call Register first")
             dtype = checked_dtype(request.dtype)
@@ -377,6 +365,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
             raise
         if not request.observer:
             self.mailboxes.release(worker)
+        if request.observer and request.wait_s > 0 and self.aggregator.version < request.min_version:
+            await self.observers.wait_for(request.min_version, request.wait_s)
         view = self._pull_view() if request.observer else await self._wait_for_round(worker)
         if view is None:  # the shard moved away while this pull waited
             await self._gate(context)

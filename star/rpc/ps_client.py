@@ -14,7 +14,6 @@ at Register; a push of that very buffer to a PS that mapped it copies nothing (t
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
@@ -36,7 +35,6 @@ from star.shm import GradSegment, Mailbox, PullBoard, ShmError
 
 T = TypeVar("T")
 
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 MAX_REDIRECTS = 4  # a shard that keeps moving faster than a call can follow is an outage
 
 
@@ -254,18 +252,20 @@ class PSClient:
 
     # ---- data path -------------------------------------------------------------
     def pull(self, out: torch.Tensor, timeout_s: float | None = None, observer: bool = False,
-             min_version: int = 0) -> list[ShardView]:
+             min_version: int = 0, wait_s: float = 0.0) -> list[ShardView]:
         """Fill `out` (the flat parameter buffer) from every PS; may block on sync rounds. An observer
         with `min_version` gets the parameters only of shards at or past it (the others' views say
-        how far they are, and their part of `out` is left as it was)."""
+        how far they are, and their part of `out` is left as it was); with `wait_s`, a shard below it
+        holds the call up to that long for the version to come."""
         if not observer:
             self._written = [None] * len(self._written)  # a new round: the next push is a new gradient
-        views = self._pull(out, timeout_s, observer, min_version)
+        views = self._pull(out, timeout_s, observer, min_version, wait_s)
         if not observer:
             self.zero_copy.new_round()
         return views
 
-    def _pull(self, out: torch.Tensor, timeout_s: float | None, observer: bool, min_version: int) -> list[ShardView]:
+    def _pull(self, out: torch.Tensor, timeout_s: float | None, observer: bool, min_version: int,
+              wait_s: float = 0.0) -> list[ShardView]:
         def pull_one(i: int, stub: pb_grpc.ParameterServerStub) -> None:
             if not observer:
                 view = self.views[i]
@@ -277,11 +277,11 @@ class PSClient:
                     return
             if observer and self.boards[i] is not None:
                 try:
-                    self._stream_pull(i, stub, out, timeout_s, observer, min_version, board=True)
+                    self._stream_pull(i, stub, out, timeout_s, observer, min_version, board=True, wait_s=wait_s)
                     return
                 except ShmError:  # the slot was rewritten while copied: this shard's version again, as chunks
                     pass
-            self._stream_pull(i, stub, out, timeout_s, observer, min_version, board=False)
+            self._stream_pull(i, stub, out, timeout_s, observer, min_version, board=False, wait_s=wait_s)
 
         if observer or not self._all_shm:
             self._each(pull_one)
@@ -295,12 +295,12 @@ class PSClient:
         return self.views
 
     def _stream_pull(self, i: int, stub: pb_grpc.ParameterServerStub, out: torch.Tensor, timeout_s: float | None,
-                     observer: bool, min_version: int, board: bool) -> None:
+                     observer: bool, min_version: int, board: bool, wait_s: float = 0.0) -> None:
         """Shard `i`'s Pull call. A worker with a mailbox, and an observer asking for the `board`, may be
         answered with a header that points into shared memory; anyone else gets the parameters as chunks."""
         shm = board if observer else self.mailboxes[i] is not None
         request = pb.PullRequest(worker_id=self.worker_id, observer=observer, shm=shm, dtype=self.wire,
-                                 min_version=min_version if observer else 0)
+                                 min_version=min_version if observer else 0, wait_s=wait_s if observer else 0.0)
         dtype = self.wire
         for reply in stub.Pull(request, timeout=timeout_s):
             if reply.HasField("header"):
@@ -493,16 +493,3 @@ def _or_error(call: Callable[[], T]) -> T | grpc.RpcError:
         return call()
     except grpc.RpcError as exc:
         return exc
-
-
-def with_retries(call: Callable[[], T], *, attempts: int, base_delay_s: float, on_retry: Callable[[int, Exception], None]) -> T:
-    """Retry `call` on UNAVAILABLE/DEADLINE_EXCEEDED with exponential backoff, then re-raise."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return call()
-        except grpc.RpcError as exc:
-            if exc.code() not in RETRYABLE or attempt == attempts:
-                raise
-            on_retry(attempt, exc)
-            time.sleep(min(base_delay_s * 2 ** (attempt - 1), 5.0))
-    raise AssertionError("unreachable")

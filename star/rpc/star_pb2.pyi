@@ -149,18 +149,20 @@ class PushReply(_message.Message):
     def __init__(self, status: _Optional[str] = ..., version: _Optional[int] = ..., gradient_id: _Optional[int] = ...) -> None: ...
 
 class PullRequest(_message.Message):
-    __slots__ = ("worker_id", "observer", "shm", "dtype", "min_version")
+    __slots__ = ("worker_id", "observer", "shm", "dtype", "min_version", "wait_s")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_FIELD_NUMBER: _ClassVar[int]
     SHM_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     MIN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     observer: bool
     shm: bool
     dtype: str
     min_version: int
-    def __init__(self, worker_id: _Optional[int] = ..., observer: _Optional[bool] = ..., shm: _Optional[bool] = ..., dtype: _Optional[str] = ..., min_version: _Optional[int] = ...) -> None: ...
+    wait_s: float
+    def __init__(self, worker_id: _Optional[int] = ..., observer: _Optional[bool] = ..., shm: _Optional[bool] = ..., dtype: _Optional[str] = ..., min_version: _Optional[int] = ..., wait_s: _Optional[float] = ...) -> None: ...
 
 class PullHeader(_message.Message):
     __slots__ = ("version", "plan_epoch", "numel", "dtype", "range_start", "since_first_update_s", "push_pace_bytes_per_s", "tree_parent", "tree_children", "shm_seq", "shm_slot")

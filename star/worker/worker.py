@@ -19,7 +19,8 @@ from star.devices import local_device
 from star.flat import FlatModel
 from star.logs import log
 from star.policy.batch_queue import PendingBatch, batch_for_iteration, queue_batch
-from star.rpc.ps_client import RETRYABLE, PSClient, with_retries
+from star.rpc.ps_client import PSClient
+from star.rpc.retries import RETRYABLE, with_retries
 from star.rpc.security import Credentials
 from star.tasks import get_task
 from star.tasks.dataset import batch_stream

@@ -10,6 +10,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import grpc
@@ -21,6 +22,7 @@ import torch
 from star.evaluator import Evaluator
 from star.flat import FlatModel
 from star.plan import ssgd
+from star.ps_server import version_watch
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.rpc.common import CHANNEL_OPTIONS
@@ -126,6 +128,36 @@ def test_the_coordinators_evaluator_moves_no_parameters_before_the_first_update_
     finally:
         evaluator.close()
         worker.close()
+
+
+@pytest.mark.parametrize("transport", ["auto", "grpc"])
+def test_an_evaluators_pull_held_for_a_version_is_answered_by_the_update_that_applies_it(cluster, transport):
+    """No 50 ms polls: each PS holds the call (wait_s) and answers when the round that makes the version closes."""
+    addresses = cluster.start_ps(2)
+    _, (worker,) = _clients(addresses, ("shm",))
+    evaluator = PSClient(addresses, worker_id=0, transport=transport)
+    evaluator.register(NUMEL)
+    params, seen = torch.empty(NUMEL), torch.empty(NUMEL)
+    worker.pull(params, timeout_s=10)
+    answered: list[tuple[list[int], float]] = []
+
+    def held_pull():
+        started = time.monotonic()
+        views = evaluator.pull(seen, timeout_s=30, observer=True, min_version=1, wait_s=30.0)
+        answered.append(([v.version for v in views], time.monotonic() - started))
+
+    thread = threading.Thread(target=held_pull)
+    thread.start()
+    time.sleep(0.5)
+    assert not answered  # held: version 1 is not there yet
+    worker.push(torch.ones(NUMEL), iteration=0, timeout_s=10)
+    thread.join(timeout=20)
+    (versions, waited_s), = answered
+    assert versions == [1, 1] and 0.5 <= waited_s < version_watch.MAX_WAIT_S  # woken by the update, not the bound
+    worker.pull(params, timeout_s=10)
+    assert torch.equal(seen, params)  # the parameters of version 1 came with the answer
+    for client in (worker, evaluator):
+        client.close()
 
 
 def test_an_evaluator_whose_board_slot_is_rewritten_while_it_copies_gets_the_version_as_chunks(cluster, monkeypatch):

@@ -49,7 +49,8 @@ def test_the_version_grid_skips_to_the_next_multiple_after_an_overshoot():
     assert next_version(0, 5) == 5
 
 
-@pytest.mark.parametrize("field,value", [("every_updates", -1), ("poll_s", 0.0), ("smoothing", 0)])
+@pytest.mark.parametrize("field,value", [("every_updates", -1), ("poll_s", 0.0), ("smoothing", 0), ("wait_s", -0.1),
+                                         ("wait_s", 61.0)])
 def test_bad_eval_config_names_the_field(field, value):
     with pytest.raises(ConfigError, match=f"evaluation.{field}"):
         EvalConfig(**{field: value})

@@ -1,0 +1,49 @@
+"""Observers waiting for a parameter version: the PS answers an evaluator's pull when the version it
+asked for is applied, instead of the evaluator asking again every `evaluation.poll_s`.
+
+Why: polling every 50 ms was ~40 calls a second to two PSs, 0.04–0.06 of a core on a 2-core host
+(measured, `/tmp`-free in the README), for an evaluation every second update. A held call costs nothing
+while it waits. The wait is bounded (`MAX_WAIT_S`), so an evaluator still hears how long the job has
+run when no update comes, and a PS that stops or hands its shard over ends it at the bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+MAX_WAIT_S = 5.0  # the longest a PS holds an observer's call, whatever it asked for
+
+
+class VersionWatch:
+    """Futures of observers, each resolved once the shard's version reaches what it waits for."""
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[int, asyncio.Future]] = []
+
+    def applied(self, version: int) -> None:
+        """The shard is at `version` now: wake everyone waiting for it or an earlier one."""
+        still = []
+        for wanted, future in self._waiting:
+            if future.done():
+                continue
+            if version >= wanted:
+                future.set_result(None)
+            else:
+                still.append((wanted, future))
+        self._waiting = still
+
+    async def wait_for(self, version: int, wait_s: float) -> None:
+        """Return when `applied` reaches `version`, or after min(wait_s, MAX_WAIT_S) seconds."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append((version, future))
+        try:
+            await asyncio.wait_for(future, min(wait_s, MAX_WAIT_S))
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            if not future.done():
+                future.cancel()
+
+    @property
+    def waiting(self) -> int:
+        return sum(not f.done() for _, f in self._waiting)
