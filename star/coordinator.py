@@ -62,16 +62,14 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         self.directives: dict[int, pb.Directives] = {}
         self.lock = threading.Lock()
         self.started = time.monotonic()
-        self.state = "starting"
-        self.reason = ""
+        self.state, self.reason = "starting", ""
         self.transport = ("", "")  # (transport, wire) the pushes took, from the PS stats (star.shm.transport_in_use)
         self.plan: SyncPlan | None = None
         self.latest: EvalPoint | None = None
         self.tta_s: float | None = None
         self.updates_to_target: int | None = None  # parameter version (max over PSs) of the evaluation that reached it
         self.metric_name = ""
-        self._rate = (time.monotonic(), 0)
-        self._rate_value = 0.0
+        self._rate, self._rate_value = (time.monotonic(), 0), 0.0
         self.observer: JobObserver | None = None  # metrics, TensorBoard, straggler summary (set by Coordinator)
         self.clock = DecisionClock(config.control.decision_period_s)  # a report over the slowdown watch wakes the loop
 
@@ -377,12 +375,13 @@ class Coordinator:
         deadline_first_update = time.monotonic() + self.config.startup_timeout_s
         grid = self.config.evaluation.every_updates
         wanted = 0  # the next version to evaluate at (0: whatever there is, on the wall-clock period)
+        since = -1.0  # seconds since the first update, as the PSs last said (< 0: none yet)
         try:
             while not self.stop.is_set():
                 tick = time.monotonic()
                 if evaluator is None:
                     evaluator = self._try_evaluator()
-                since, point = self._evaluate(evaluator, wanted) if evaluator else (-1.0, None)
+                since, point = self._evaluate(evaluator, wanted, since) if evaluator else (-1.0, None)
                 if point is not None:
                     wanted = next_version(point.version, grid) if grid else 0
                     self._record(point, curve)
@@ -410,10 +409,11 @@ class Coordinator:
             log(logger, logging.DEBUG, "evaluator not ready", error=exc.code())
             return None
 
-    def _evaluate(self, evaluator: Evaluator, min_version: int) -> tuple[float, EvalPoint | None]:
-        rule = self.config.evaluation  # on the grid, each PS holds the call for the version (no 50 ms polls)
+    def _evaluate(self, evaluator: Evaluator, min_version: int, since: float) -> tuple[float, EvalPoint | None]:
+        rule = self.config.evaluation  # on the grid each PS holds the call for the version (no 50 ms polls), not past max_time_s
+        wait_s = min(rule.wait_s, max(0.0, self.config.max_time_s - since)) if rule.every_updates else 0.0
         try:
-            return evaluator.evaluate(min_version, rule.wait_s if rule.every_updates else 0.0)
+            return evaluator.evaluate(min_version, wait_s)
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 return -1.0, None

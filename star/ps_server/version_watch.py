@@ -2,8 +2,8 @@
 asked for is applied, instead of the evaluator asking again every `evaluation.poll_s`.
 
 Why: polling every 50 ms was ~40 calls a second to two PSs, 0.04–0.06 of a core on a 2-core host
-(measured, `/tmp`-free in the README), for an evaluation every second update. A held call costs nothing
-while it waits. The wait is bounded (`MAX_WAIT_S`), so an evaluator still hears how long the job has
+(README, "The evaluator waits for its version"), for an evaluation every second update. A held call costs
+nothing while it waits. The wait is bounded (`MAX_WAIT_S`), so an evaluator still hears how long the job has
 run when no update comes, and a PS that stops or hands its shard over ends it at the bound.
 """
 
