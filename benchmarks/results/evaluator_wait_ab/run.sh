@@ -1,7 +1,8 @@
 #!/bin/bash
 # A/B: the evaluator polling each PS every 50 ms for the next version (5a220be, a worktree at /tmp/wt_old) against
 # each PS holding its call until the version is applied (5b9b6f3). Clean gpt 10M, 4 workers x 2 PSs, STAR SSGD,
-# seeds 0-2, order rotated. Run from the repository root with the venv active; cpu_sampler.py runs beside it.
+# seeds 0-2, order rotated. Run from the repository root with the venv active, with
+# ../ddp_vs_star_gpt10m_checkpoints/cpu_sampler.py beside it (cpu_samples.jsonl here; read with cpu_analyze2.py there).
 set -u
 OUT=benchmarks/results/evaluator_wait_ab
 ARGS="--task gpt --preset 10m --workers 4 --ps 2 --target 3.1 --repeats 1 --max-time-s 90 --rows star-ssgd-clean"
