@@ -669,6 +669,9 @@ def _ps_case(data: st.DataObject, d: Daemons, state: "PsState", family: str, how
 # ---------------------------------------------------------------- PS: state and the property
 
 
+OBSERVING = "observer_board_pulls"  # counts the observer pulls that read this very state, not a change
+
+
 @dataclass
 class PsState:
     state: dict  # everything a refusal must leave as it was
@@ -691,7 +694,7 @@ def _ps_state(client: PSClient) -> PsState:
     state = {
         "version": s.version, "plan_epoch": s.plan_epoch, "plan": s.plan, "accepted": s.accepted, "applied": s.applied,
         "dropped": s.dropped, "pending": s.pending, "waiting_pulls": s.waiting_pulls,
-        "counters": {k: v for k, v in counters.items() if not k.startswith("rejected_")},
+        "counters": {k: v for k, v in counters.items() if not k.startswith("rejected_") and k != OBSERVING},
         "staleness": dict(s.staleness), "range": (s.range_start, s.range_end), "moved_to": s.moved_to,
         "noise": (s.noise_small_sq, s.noise_big_sq, s.noise_small_batch, s.noise_big_batch),
     }
