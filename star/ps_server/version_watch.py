@@ -35,6 +35,7 @@ class VersionWatch:
     async def wait_for(self, version: int, wait_s: float) -> None:
         """Return when `applied` reaches `version`, or after min(wait_s, MAX_WAIT_S) seconds."""
         future = asyncio.get_running_loop().create_future()
+        self._waiting = [(w, f) for w, f in self._waiting if not f.done()]  # a stalled job's timed-out waits go
         self._waiting.append((version, future))
         try:
             await asyncio.wait_for(future, min(wait_s, MAX_WAIT_S))

@@ -49,3 +49,15 @@ def test_observers_waiting_for_different_versions_each_wake_at_their_own():
         return still
 
     assert asyncio.run(scenario())
+
+
+def test_waits_that_ended_at_the_bound_are_not_kept_while_no_update_comes(monkeypatch):
+    monkeypatch.setattr(version_watch, "MAX_WAIT_S", 0.01)
+
+    async def scenario():
+        watch = VersionWatch()
+        for _ in range(50):  # a stalled job: the evaluator asks again and again, nothing is applied
+            await watch.wait_for(7, wait_s=1.0)
+        return len(watch._waiting)
+
+    assert asyncio.run(scenario()) <= 1
