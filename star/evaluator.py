@@ -2,7 +2,10 @@
 
 TTA = seconds from the first applied update to the first evaluation whose smoothed metric
 is at or past the target (rules in `star.tta`). Times come from the PS itself (`since_first_update_s` in the pull header),
-so they do not depend on when the evaluator happened to start.
+so they do not depend on when the evaluator happened to start. An evaluation is timed when its version was
+applied (`version_applied_s`), not when it was read: an evaluator still busy with the previous version reads
+the next one late, and that lag is the evaluator's, not the training's (DDP's rank 0 times its snapshots at
+the step that made them, the same rule).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Sequence
 import torch
 
 from star.flat import FlatModel
-from star.rpc.ps_client import PSClient
+from star.rpc.ps_client import PSClient, ShardView
 from star.rpc.security import Credentials
 from star.tasks import Task
 from star.tta import EvalPoint
@@ -52,7 +55,7 @@ class Evaluator:
             model = self.device_flat.module
         with torch.no_grad():
             metric = float(self.task.evaluate(model))
-        return since, EvalPoint(since, max(v.version for v in views), metric)
+        return since, EvalPoint(made_s(views), max(v.version for v in views), metric)
 
     def close(self) -> None:
         self.client.close()
@@ -75,3 +78,9 @@ class CurveWriter:
 
     def close(self) -> None:
         self._handle.close()
+
+
+def made_s(views: Sequence[ShardView]) -> float:
+    """When the pulled parameters existed, on the PSs' clock: the latest shard's apply time (each shard's
+    version was current when it was read). A shard that does not know its version's time counts at its read."""
+    return max(v.since_first_update_s if v.version_applied_s is None else v.version_applied_s for v in views)

@@ -377,10 +377,12 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         else:
             shm_seq, shm_slot, chunks = self.mailboxes.pull_body(request, snapshot)  # the transport seam
         plan = self.aggregator.plan
+        applied_at = self.observers.applied_at(version)
+        made = {} if applied_at is None or self._first_update is None else {"version_applied_s": applied_at - self._first_update}
         header = pb.PullHeader(
             version=version, plan_epoch=epoch, numel=shard.range.numel, dtype=dtype, range_start=shard.range.start,
             shm_seq=shm_seq, shm_slot=shm_slot, since_first_update_s=self._since_first_update(),
-            push_pace_bytes_per_s=(plan.push_pace_bytes_per_s or 0.0) if plan else 0.0, **self._tree_role(worker))
+            push_pace_bytes_per_s=(plan.push_pace_bytes_per_s or 0.0) if plan else 0.0, **made, **self._tree_role(worker))
         return header, chunks
 
     def _tree_role(self, worker: int) -> dict:

@@ -10,18 +10,23 @@ run when no update comes, and a PS that stops or hands its shard over ends it at
 from __future__ import annotations
 
 import asyncio
+import time
 
 MAX_WAIT_S = 5.0  # the longest a PS holds an observer's call, whatever it asked for
 
 
 class VersionWatch:
-    """Futures of observers, each resolved once the shard's version reaches what it waits for."""
+    """Futures of observers, each resolved once the shard's version reaches what it waits for; and when
+    the newest version was applied, so that an evaluation is timed when its parameters existed."""
 
     def __init__(self) -> None:
         self._waiting: list[tuple[int, asyncio.Future]] = []
+        self._newest: tuple[int, float] | None = None  # (version, time.monotonic() when it was applied)
 
-    def applied(self, version: int) -> None:
-        """The shard is at `version` now: wake everyone waiting for it or an earlier one."""
+    def applied(self, version: int, at: float | None = None) -> None:
+        """The shard is at `version` now (applied at monotonic time `at`, default now): wake everyone
+        waiting for it or an earlier one."""
+        self._newest = (version, time.monotonic() if at is None else at)
         still = []
         for wanted, future in self._waiting:
             if future.done():
@@ -44,6 +49,13 @@ class VersionWatch:
         finally:
             if not future.done():
                 future.cancel()
+
+    def applied_at(self, version: int) -> float | None:
+        """The monotonic time `version` was applied here; None where this PS did not apply it (restored
+        from a checkpoint, handed over) or has applied a newer one since."""
+        if self._newest is None or self._newest[0] != version:
+            return None
+        return self._newest[1]
 
     @property
     def waiting(self) -> int:

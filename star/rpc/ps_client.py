@@ -57,6 +57,7 @@ class ShardView:
     version: int = 0
     epoch: int = 0
     since_first_update_s: float = -1.0
+    version_applied_s: float | None = None  # when `version` was applied, on the same clock (None: not known)
     push_pace_bytes_per_s: float = 0.0  # the plan's push budget per worker (0: unpaced)
     tree_parent: str = ""  # tree aggregation: the parent's relay address ("": push to the PS)
     tree_children: tuple[int, ...] = ()  # tree aggregation: whose gradients this worker collects
@@ -316,6 +317,7 @@ class PSClient:
         if h.numel != view.range.numel or h.range_start != start:
             raise RuntimeError(f"PS {i} serves [{h.range_start}, +{h.numel}), expected {view.range}")
         view.version, view.epoch, view.since_first_update_s = h.version, h.plan_epoch, h.since_first_update_s
+        view.version_applied_s = h.version_applied_s if h.HasField("version_applied_s") else None
         view.push_pace_bytes_per_s = h.push_pace_bytes_per_s
         view.tree_parent, view.tree_children = h.tree_parent, tuple(h.tree_children)
         if h.shm_seq:

@@ -165,7 +165,7 @@ class PullRequest(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., observer: _Optional[bool] = ..., shm: _Optional[bool] = ..., dtype: _Optional[str] = ..., min_version: _Optional[int] = ..., wait_s: _Optional[float] = ...) -> None: ...
 
 class PullHeader(_message.Message):
-    __slots__ = ("version", "plan_epoch", "numel", "dtype", "range_start", "since_first_update_s", "push_pace_bytes_per_s", "tree_parent", "tree_children", "shm_seq", "shm_slot")
+    __slots__ = ("version", "plan_epoch", "numel", "dtype", "range_start", "since_first_update_s", "push_pace_bytes_per_s", "tree_parent", "tree_children", "shm_seq", "shm_slot", "version_applied_s")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     NUMEL_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +177,7 @@ class PullHeader(_message.Message):
     TREE_CHILDREN_FIELD_NUMBER: _ClassVar[int]
     SHM_SEQ_FIELD_NUMBER: _ClassVar[int]
     SHM_SLOT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_APPLIED_S_FIELD_NUMBER: _ClassVar[int]
     version: int
     plan_epoch: int
     numel: int
@@ -188,7 +189,8 @@ class PullHeader(_message.Message):
     tree_children: _containers.RepeatedScalarFieldContainer[int]
     shm_seq: int
     shm_slot: int
-    def __init__(self, version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., numel: _Optional[int] = ..., dtype: _Optional[str] = ..., range_start: _Optional[int] = ..., since_first_update_s: _Optional[float] = ..., push_pace_bytes_per_s: _Optional[float] = ..., tree_parent: _Optional[str] = ..., tree_children: _Optional[_Iterable[int]] = ..., shm_seq: _Optional[int] = ..., shm_slot: _Optional[int] = ...) -> None: ...
+    version_applied_s: float
+    def __init__(self, version: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., numel: _Optional[int] = ..., dtype: _Optional[str] = ..., range_start: _Optional[int] = ..., since_first_update_s: _Optional[float] = ..., push_pace_bytes_per_s: _Optional[float] = ..., tree_parent: _Optional[str] = ..., tree_children: _Optional[_Iterable[int]] = ..., shm_seq: _Optional[int] = ..., shm_slot: _Optional[int] = ..., version_applied_s: _Optional[float] = ...) -> None: ...
 
 class PullReply(_message.Message):
     __slots__ = ("header", "chunk")

@@ -130,6 +130,33 @@ def test_the_coordinators_evaluator_moves_no_parameters_before_the_first_update_
         worker.close()
 
 
+def test_an_evaluator_that_reads_a_version_late_is_timed_when_the_version_was_applied(cluster):
+    """A slow evaluation makes the evaluator read the next version after it was made; the lag is the evaluator's
+    (DDP's rank 0 times its snapshots at their step), so the point carries the PSs' apply time, not the read's."""
+    task = get_task("digits")
+    model = FlatModel(task.build_model(0))
+    addresses = cluster.start_ps(2)
+    worker = PSClient(addresses, worker_id=0, transport="shm")
+    worker.wait_ready(30)
+    worker.init_if_needed(model.params.clone(), worker.register(model.numel))
+    worker.configure(ssgd([0], epoch=1))
+    evaluator = Evaluator(task, addresses, seed=0)
+    try:
+        for step in range(2):
+            worker.pull(torch.empty(model.numel), timeout_s=10)
+            worker.push(torch.zeros(model.numel), iteration=step, timeout_s=10)
+            if step == 0:
+                time.sleep(0.3)  # version 2 comes 0.3 s after the first update
+        time.sleep(1.0)  # the evaluator is busy for a second
+        since, point = evaluator.evaluate(min_version=2)
+        assert point is not None and point.version == 2
+        assert since >= 1.3  # the read: as late as it was
+        assert 0.3 <= point.time_s < since - 0.9  # the parameters: when version 2 was applied
+    finally:
+        evaluator.close()
+        worker.close()
+
+
 @pytest.mark.parametrize("transport", ["auto", "grpc"])
 def test_an_evaluators_pull_held_for_a_version_is_answered_by_the_update_that_applies_it(cluster, transport):
     """No 50 ms polls: each PS holds the call (wait_s) and answers when the round that makes the version closes."""

@@ -61,3 +61,12 @@ def test_waits_that_ended_at_the_bound_are_not_kept_while_no_update_comes(monkey
         return len(watch._waiting)
 
     assert asyncio.run(scenario()) <= 1
+
+
+def test_the_time_a_version_was_applied_is_known_only_for_the_newest_version_applied_here():
+    watch = VersionWatch()
+    assert watch.applied_at(0) is None  # restored or handed over: this PS did not apply it
+    watch.applied(3, at=100.0)
+    assert watch.applied_at(3) == 100.0
+    watch.applied(4, at=101.5)
+    assert (watch.applied_at(3), watch.applied_at(4)) == (None, 101.5)  # 3's parameters are gone from the shard
