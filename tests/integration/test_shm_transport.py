@@ -106,16 +106,21 @@ def test_an_evaluator_on_the_host_reads_each_version_off_the_board_bit_for_bit_a
         client.close()
 
 
-def test_the_coordinators_evaluator_moves_no_parameters_before_the_first_update_then_reads_the_board(cluster):
-    """It polls every 50 ms from the job's start: version 0 is never evaluated, so it is never pulled."""
+def _digits_worker_and_evaluator(cluster) -> tuple[FlatModel, PSClient, Evaluator]:
+    """Two PSs holding digits' model, one same-host worker under SSGD, and the coordinator's evaluator."""
     task = get_task("digits")
-    evaluator_model = FlatModel(task.build_model(0))
+    model = FlatModel(task.build_model(0))
     addresses = cluster.start_ps(2)
     worker = PSClient(addresses, worker_id=0, transport="shm")
     worker.wait_ready(30)
-    worker.init_if_needed(evaluator_model.params.clone(), worker.register(evaluator_model.numel))
+    worker.init_if_needed(model.params.clone(), worker.register(model.numel))
     worker.configure(ssgd([0], epoch=1))
-    evaluator = Evaluator(task, addresses, seed=0)
+    return model, worker, Evaluator(task, addresses, seed=0)
+
+
+def test_the_coordinators_evaluator_moves_no_parameters_before_the_first_update_then_reads_the_board(cluster):
+    """It polls every 50 ms from the job's start: version 0 is never evaluated, so it is never pulled."""
+    evaluator_model, worker, evaluator = _digits_worker_and_evaluator(cluster)
     try:
         for _ in range(3):
             assert evaluator.evaluate()[1] is None
@@ -133,14 +138,7 @@ def test_the_coordinators_evaluator_moves_no_parameters_before_the_first_update_
 def test_an_evaluator_that_reads_a_version_late_is_timed_when_the_version_was_applied(cluster):
     """A slow evaluation makes the evaluator read the next version after it was made; the lag is the evaluator's
     (DDP's rank 0 times its snapshots at their step), so the point carries the PSs' apply time, not the read's."""
-    task = get_task("digits")
-    model = FlatModel(task.build_model(0))
-    addresses = cluster.start_ps(2)
-    worker = PSClient(addresses, worker_id=0, transport="shm")
-    worker.wait_ready(30)
-    worker.init_if_needed(model.params.clone(), worker.register(model.numel))
-    worker.configure(ssgd([0], epoch=1))
-    evaluator = Evaluator(task, addresses, seed=0)
+    model, worker, evaluator = _digits_worker_and_evaluator(cluster)
     try:
         for step in range(2):
             worker.pull(torch.empty(model.numel), timeout_s=10)
