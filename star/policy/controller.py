@@ -52,7 +52,9 @@ class ControlConfig:
     decision_period_s: float = 1.0  # how often the controller decides
     min_reports: int = 3  # a worker needs this many fresh reports before it is judged
     lost_after_s: float = 20.0  # a worker silent this long is lost and leaves the plan ...
-    lost_after_steps: float = 3.0  # ... or this many of its own recent steps, if longer (a big model's slow steps are not silence)
+    # ... or this many of its own recent steps, if longer (a big model's slow steps are not silence). A straggler's
+    # first slow step is f times its recent ones: at 3, a 3x onset at gpt-50M (7 s steps) was declared lost (5 Dec)
+    lost_after_steps: float = 10.0
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     amp_policy: AmpConfig = field(default_factory=AmpConfig)
     selection: SelectorConfig = field(default_factory=SelectorConfig)

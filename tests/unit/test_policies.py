@@ -386,6 +386,19 @@ def test_a_worker_whose_own_steps_are_long_is_not_lost_for_a_slow_step_but_is_af
     assert controller.decide(1, plan, {**slow_steps, 1: slow_steps[1]._replace(silent_s=30.0)}).lost == {1}
 
 
+@pytest.mark.parametrize("slowdown", [3.0, 5.0, 8.0])
+def test_a_big_model_worker_that_turns_several_times_slower_is_a_straggler_not_a_lost_worker(slowdown):
+    """gpt-50M on CPU steps in ~7 s: a 3x slowdown's first step kept the worker silent past 20 s, and it was
+    declared lost and dropped from the plan. By default a silence of several of its own steps is not lost."""
+    controller = Controller(for_strategy(ControlConfig(), "auto"), 4, 32)
+    plan = ssgd(range(4), epoch=1)
+    steps_7s = _summaries({w: 7.0 / 32 for w in range(4)})  # 32 samples a step
+    onset = {**steps_7s, 3: steps_7s[3]._replace(silent_s=slowdown * 7.0 + 1.0)}
+    assert controller.decide(0, plan, onset).lost == frozenset()
+    hung = {**steps_7s, 3: steps_7s[3]._replace(silent_s=80.0)}  # more than 10 of its steps: lost
+    assert controller.decide(1, plan, hung).lost == {3}
+
+
 def test_no_detection_and_no_change_without_stragglers():
     controller = Controller(for_strategy(ControlConfig(), "auto"), 4, 32)
     plan = ssgd(range(4), epoch=1)
