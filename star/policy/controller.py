@@ -66,6 +66,10 @@ class ControlConfig:
     def __post_init__(self) -> None:
         if self.selector_kind not in SELECTOR_KINDS:
             raise ConfigError("control.selector_kind", self.selector_kind, f"one of {', '.join(SELECTOR_KINDS)}")
+        if not self.lost_after_s > 0:
+            raise ConfigError("control.lost_after_s", self.lost_after_s, "a number of seconds > 0")
+        if not self.lost_after_steps >= 0:
+            raise ConfigError("control.lost_after_steps", self.lost_after_steps, "a number of steps >= 0 (0: seconds only)")
 
 
 SELECTOR_KINDS = ("heuristic", "learned")

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from star.detect import DetectorConfig, StragglerDetector, finishes_early, slow_now
+from star.errors import ConfigError
 from star.plan import ssgd
 from star.policy.amp import AmpPolicy, AmpState
 from star.policy.batch import BatchPlanError, makespan_s, solve_batch_sizes
@@ -386,6 +387,12 @@ def test_a_worker_whose_own_steps_are_long_is_not_lost_for_a_slow_step_but_is_af
     assert controller.decide(1, plan, {**slow_steps, 1: slow_steps[1]._replace(silent_s=30.0)}).lost == {1}
 
 
+@pytest.mark.parametrize("field, value", [("lost_after_s", 0.0), ("lost_after_s", -5.0), ("lost_after_steps", -1.0)])
+def test_a_loss_rule_that_could_never_or_always_fire_is_refused_naming_its_field(field, value):
+    with pytest.raises(ConfigError, match=f"control.{field}={value}"):
+        ControlConfig(**{field: value})
+
+
 @pytest.mark.parametrize("slowdown", [3.0, 5.0, 8.0])
 def test_a_big_model_worker_that_turns_several_times_slower_is_a_straggler_not_a_lost_worker(slowdown):
     """gpt-50M on CPU steps in ~7 s: a 3x slowdown's first step kept the worker silent past 20 s, and it was
@@ -706,6 +713,5 @@ def test_a_detection_event_reports_the_median_the_rule_judged_against():
 @pytest.mark.parametrize("field, value", [("k", -1.0), ("margin", -0.1), ("relative_threshold", 0.0), ("enter_n", 0),
                                           ("fast_half_margin", -0.5), ("rule", "median")])
 def test_a_bad_detector_setting_is_a_config_error_naming_its_field(field, value):
-    from star.errors import ConfigError
     with pytest.raises(ConfigError, match=f"control.detector.{field}="):
         DetectorConfig(**{field: value})
