@@ -2,7 +2,14 @@
 
 Each toggle is verified: after a switch-on, once the worker has reported enough fresh
 iterations, its compute time per sample must have fallen by at least `min_gain`;
-otherwise the switch is undone and AMP is remembered as ineffective for that worker.
+otherwise the switch is undone. AMP is remembered as ineffective for that worker only when its
+reports resolve the verdict: even `resolve_z` standard errors (from their spread) in AMP's favour
+would not make up `min_gain`. A verdict within the noise is not final: AMP is tried again after
+`retry_hold_periods` decisions, doubled per such retry. Why: where a straggler's speed fluctuates from
+one iteration to the next, a before/after comparison of a few reports each is mostly that fluctuation,
+and "never again" on one noisy trial left a straggler AMP had sped up 1.3x without it for the rest of a
+run (5 Dec, a trace with two fluctuating stragglers: one of the two undone as "did not help" in 3 of 3
+runs, e.g. 4.16 -> 6.18 ms/sample, while the other measured 1.19-1.36x).
 A worker is toggled at most once per decision period. With batch sizing on, the
 controller may also undo (or not try) AMP on a worker that batch sizes alone balance
 about as well (`mark_redundant`): AMP is then left off until the worker recovers. Stragglers not
@@ -24,16 +31,20 @@ relapse doubles the wait, so a worker that AMP over-compensates is not toggled e
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping
+
+from star.errors import ConfigError
 
 
 class AmpState(str, Enum):
     OFF = "off"
     VERIFYING = "verifying"  # just switched on; waiting for fresh timings
     ON = "on"  # switched on and shown to help
-    INEFFECTIVE = "ineffective"  # tried, did not help: never again for this worker
+    INEFFECTIVE = "ineffective"  # tried, did not help beyond the noise of its reports: never again for this worker
+    RETRY = "retry"  # tried, did not help, within the noise: off, tried again once its retry hold has passed
     REDUNDANT = "redundant"  # helps, but batch sizing alone balances the worker as well: off until it recovers
 
 
@@ -52,12 +63,32 @@ class AmpConfig:
     relapse_window_periods: int = 10  # detected again within this many decisions of AMP going off as recovered:
     # a relapse (the probe found it still slow), AMP back on at the speed-up it measured, no verification
     probe_hold_periods: int = 10  # the first probe waits this many decisions after the verification; doubled per relapse
-    probe_hold_max_periods: int = 160  # the longest a probe waits
+    probe_hold_max_periods: int = 160  # the longest a probe (or a retry) waits
+    resolve_z: float = 2.0  # a failed verification is final only if min_gain stays out of reach this many standard
+    # errors in AMP's favour (the errors from the spread of the worker's reports; unknown spread: every failure is final)
+    retry_hold_periods: int = 10  # an unresolved failure: AMP is tried again after this many decisions, doubled per retry
 
     def __post_init__(self) -> None:
-        for name in ("relapse_window_periods", "probe_hold_periods", "probe_hold_max_periods"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"amp_policy.{name}={getattr(self, name)}: must be >= 0")
+        for name in ("relapse_window_periods", "probe_hold_periods", "probe_hold_max_periods", "retry_hold_periods",
+                     "resolve_z"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"control.amp_policy.{name}", getattr(self, name), "must be >= 0")
+
+
+def reachable_within_noise(speedup: float, rel_error: float, min_gain: float, z: float) -> bool:
+    """Whether a measured `speedup` that fell short of min_gain could still reach it `z` relative standard errors
+    in its favour: the verdict "did not help" is then not resolved by the measurements."""
+    return speedup * math.exp(z * rel_error) * (1 - min_gain) >= 1
+
+
+def pooled_speedup(trials: list[tuple[float, float]]) -> tuple[float, float]:
+    """The speed-up several trials of one worker measured together, and its relative error: their log speed-ups
+    weighted by inverse variance. A trial of unknown error (0) stands alone."""
+    if any(error <= 0 for _, error in trials):
+        return math.exp(trials[-1][0]), 0.0
+    weights = [1 / error ** 2 for _, error in trials]
+    mean = sum(x * wt for (x, _), wt in zip(trials, weights)) / sum(weights)
+    return math.exp(mean), 1 / math.sqrt(sum(weights))
 
 
 @dataclass(frozen=True)
@@ -73,12 +104,18 @@ class AmpDecision:
 class _WorkerAmp:
     state: AmpState = AmpState.OFF
     baseline_s: float = 0.0  # per-sample compute time just before switching on
+    baseline_error: float = 0.0  # its relative standard error (0: unknown)
     speedup: float = 1.0  # measured: baseline / time with AMP (kept after a recovery, for a relapse)
     last_toggle_period: int = -1
     recovered_period: int = -1  # when AMP last went off because the worker recovered
     probe_hold_periods: int = 0  # how long the last wait for a probe was (doubled at a relapse)
     probe_after_period: int = -1  # the first decision at which the detector may let it out (probe_ready)
     untried: bool = False  # REDUNDANT without a try (skip): judged again when more stragglers are detected
+    retry_hold_periods: int = 0  # how long the last wait for a retry was (doubled per unresolved failure)
+    retry_after_period: int = -1  # RETRY: the first decision at which AMP may be tried again
+    open_trials: list[tuple[float, float]] = field(default_factory=list)  # (log speed-up, its relative error) of the
+    # trials whose verdict was left open: a retry is judged on them all, so evidence adds up and one lucky trial among
+    # unlucky ones does not decide
 
 
 @dataclass
@@ -121,12 +158,15 @@ class AmpPolicy:
         per_sample_s: Mapping[int, float],
         amp_reports: Mapping[int, int],
         fresh_per_sample_s: Mapping[int, float] | None = None,
+        fresh_error: Mapping[int, float] | None = None,
     ) -> list[AmpDecision]:
         """per_sample_s: each worker's recent raw compute seconds per sample (AMP as it ran);
         amp_reports: how many of its recent reports ran with AMP on; fresh_per_sample_s: the same
         over the newest reports, the baseline a switch-on is judged against. The steadier median
         lags the very slowdown that made the worker a straggler: judged against it, AMP that sped a
-        gpt-10m straggler up 1.6x read as 373 -> 357 ms/sample and was undone."""
+        gpt-10m straggler up 1.6x read as 373 -> 357 ms/sample and was undone. fresh_error: the
+        relative standard error of fresh_per_sample_s, from its reports' spread (what tells a failed
+        verification that is measured from one that is noise; absent: every failure is final)."""
         decisions = []
         for worker, time_s in sorted(per_sample_s.items()):
             w = self.workers.setdefault(worker, _WorkerAmp())
@@ -134,44 +174,61 @@ class AmpPolicy:
                 continue
             baseline_s = (fresh_per_sample_s or {}).get(worker, time_s)
             decision = self._decide_one(period, worker, w, worker in stragglers, time_s, amp_reports.get(worker, 0),
-                                        baseline_s)
+                                        baseline_s, (fresh_error or {}).get(worker, 0.0))
             if decision is not None:
                 w.last_toggle_period = period
                 decisions.append(decision)
         return decisions
 
     def _decide_one(self, period: int, worker: int, w: _WorkerAmp, slow: bool, time_s: float, amp_reports: int,
-                    baseline_s: float) -> AmpDecision | None:
+                    baseline_s: float, error: float) -> AmpDecision | None:
         c = self.config
+        if w.state is AmpState.RETRY and period >= w.retry_after_period:
+            w.state = AmpState.OFF  # its hold has passed: tried again below if it is still slow
         if w.state is AmpState.OFF and slow and 0 <= w.recovered_period and period - w.recovered_period <= c.relapse_window_periods:
             w.probe_hold_periods = min(max(c.probe_hold_periods, 2 * w.probe_hold_periods), c.probe_hold_max_periods)
             w.state, w.probe_after_period = AmpState.ON, period + w.probe_hold_periods
             return AmpDecision(worker, True, f"relapsed {period - w.recovered_period} decisions after recovering: AMP back on "
                                              f"at its measured {w.speedup:.2f}x; next recovery check in {w.probe_hold_periods} decisions")
-        if w.state is AmpState.OFF and slow:  # a new spell: verified afresh, probed from the start
-            w.state, w.baseline_s = AmpState.VERIFYING, baseline_s
+        if w.state is AmpState.OFF and slow:  # a new spell (or a retry): verified afresh, probed from the start
+            w.state, w.baseline_s, w.baseline_error = AmpState.VERIFYING, baseline_s, error
             w.probe_hold_periods, w.probe_after_period = 0, -1
             return AmpDecision(worker, True, f"straggler: per-sample compute {baseline_s * 1e3:.3f} ms; trying AMP")
         if w.state is AmpState.VERIFYING and amp_reports >= c.verify_reports:
-            self.measured.append(w.baseline_s / time_s)
-            if time_s <= w.baseline_s * (1 - c.min_gain):
-                w.state, w.speedup = AmpState.ON, w.baseline_s / time_s
-                # just measured at this slowdown: running fast now means AMP over-compensates, not a recovery
-                w.probe_hold_periods, w.probe_after_period = c.probe_hold_periods, period + c.probe_hold_periods
-                return AmpDecision(worker, True, f"verified: AMP sped this worker up {w.speedup:.2f}x; stays on")
-            w.state = AmpState.INEFFECTIVE
-            return AmpDecision(
-                worker,
-                False,
-                f"AMP did not help ({w.baseline_s * 1e3:.3f} -> {time_s * 1e3:.3f} ms/sample); undone, marked ineffective",
-                speedup=w.baseline_s / time_s,  # measured, < 1 when AMP slowed it: batch sizing restores its plain speed
-            )
+            return self._verdict(period, worker, w, time_s, error)
         if w.state is AmpState.ON and not slow:
             w.state, w.recovered_period = AmpState.OFF, period
             return AmpDecision(worker, False, "recovered: straggler no longer detected", recovered=True)
         if w.state is AmpState.REDUNDANT and not slow:
             w.state, w.untried = AmpState.OFF, False  # AMP was off already: nothing to send
         return None
+
+    def _verdict(self, period: int, worker: int, w: _WorkerAmp, time_s: float, error: float) -> AmpDecision:
+        """A switch-on has its fresh reports: keep AMP (it sped the worker up by min_gain), write it off (it did not,
+        and the reports resolve that), or undo it and try again later (within their noise). Trials left open before
+        are pooled with this one."""
+        c = self.config
+        trial_speedup = w.baseline_s / time_s
+        self.measured.append(trial_speedup)
+        trial_error = math.hypot(w.baseline_error, error)
+        trials = [*w.open_trials, (math.log(trial_speedup), trial_error)] if trial_error > 0 else [(math.log(trial_speedup), 0.0)]
+        speedup, pooled_error = pooled_speedup(trials)
+        over = f" over {len(trials)} trials" if len(trials) > 1 else ""
+        if speedup * (1 - c.min_gain) >= 1:
+            w.state, w.speedup, w.open_trials = AmpState.ON, speedup, []
+            # just measured at this slowdown: running fast now means AMP over-compensates, not a recovery
+            w.probe_hold_periods, w.probe_after_period = c.probe_hold_periods, period + c.probe_hold_periods
+            return AmpDecision(worker, True, f"verified: AMP sped this worker up {speedup:.2f}x{over}; stays on")
+        measured = f"{w.baseline_s * 1e3:.3f} -> {time_s * 1e3:.3f} ms/sample" + (f"; {speedup:.2f}x{over}" if over else "")
+        # `speedup`, < 1 where AMP slowed the worker: batch sizing restores its plain speed with it
+        if not reachable_within_noise(speedup, pooled_error, c.min_gain, c.resolve_z):
+            w.state, w.open_trials = AmpState.INEFFECTIVE, []
+            return AmpDecision(worker, False, f"AMP did not help ({measured}); undone, marked ineffective", speedup=speedup)
+        w.retry_hold_periods = min(max(c.retry_hold_periods, 2 * w.retry_hold_periods), c.probe_hold_max_periods)
+        w.state, w.retry_after_period, w.open_trials = AmpState.RETRY, period + w.retry_hold_periods, trials
+        return AmpDecision(worker, False, f"AMP did not help ({measured}), but within the noise of its reports "
+                                          f"(±{pooled_error:.0%}): undone; tried again in {w.retry_hold_periods} decisions",
+                           speedup=speedup)
 
     def mark_redundant(self, worker: int) -> None:
         """Leave (or switch) AMP off for this worker until it is no longer a straggler."""

@@ -210,7 +210,8 @@ class Controller:
                 self._skip_redundant_amp(detection.stragglers, active, per_sample, held, events)
             for d in self.amp.decide(period, detection.stragglers, {w: s.per_sample_s for w, s in active.items()},
                                      {w: s.amp_reports for w, s in active.items()},
-                                     {w: s.sizing_per_sample_s for w, s in active.items()}):
+                                     {w: s.sizing_per_sample_s for w, s in active.items()},
+                                     {w: s.sizing_rel_error for w, s in active.items()}):
                 if c.batch and d.amp and on_before.get(d.worker, False):  # just verified: is it worth keeping?
                     d = self._keep_amp_under_batch(d, active, per_sample, held)
                 amp[d.worker] = d.amp

@@ -10,7 +10,7 @@ import torch
 from star.detect import DetectorConfig, StragglerDetector, finishes_early, slow_now
 from star.errors import ConfigError
 from star.plan import ssgd
-from star.policy.amp import AmpPolicy, AmpState
+from star.policy.amp import AmpConfig, AmpPolicy, AmpState, reachable_within_noise
 from star.policy.batch import BatchPlanError, makespan_s, solve_batch_sizes
 from star.policy.controller import ControlConfig, Controller, WorkerSummary, for_strategy, strategy_switches, without_workers
 from star.policy.noise import NoiseAccumulator, noise_scale
@@ -169,6 +169,69 @@ def test_amp_that_did_not_help_is_undone_and_never_retried():
     undo = policy.decide(1, frozenset({3}), {3: 2.95e-3}, {3: 3})
     assert [(d.worker, d.amp) for d in undo] == [(3, False)] and "ineffective" in undo[0].reason
     assert policy.decide(2, frozenset({3}), {3: 3e-3}, {}) == []
+
+
+@pytest.mark.parametrize("spread, final", [(0.0, True), (0.01, True), (0.25, False)])
+def test_a_failed_amp_trial_is_final_only_when_its_reports_resolve_it(spread, final):
+    """AMP measured 1.05x against a 10% minimum gain. With steady reports (unknown or 1% spread) that is a
+    verdict; with a straggler whose reports scatter by 25% it is noise, so AMP is undone but not written off."""
+    policy = AmpPolicy()
+    policy.decide(0, frozenset({3}), {3: 3e-3}, {}, {3: 3e-3}, {3: spread})
+    undo = policy.decide(1, frozenset({3}), {3: 3e-3 / 1.05}, {3: 3}, None, {3: spread})
+    assert [(d.worker, d.amp) for d in undo] == [(3, False)]
+    assert undo[0].speedup == pytest.approx(1.05)
+    assert policy.workers[3].state is (AmpState.INEFFECTIVE if final else AmpState.RETRY)
+    assert ("marked ineffective" in undo[0].reason) is final and ("tried again in 10 decisions" in undo[0].reason) is not final
+
+
+def test_amp_that_a_clear_slowdown_disproves_is_final_even_among_noisy_reports():
+    """0.5x is far outside a 10% spread: AMP slowed this worker, and it is not tried again."""
+    policy = AmpPolicy()
+    policy.decide(0, frozenset({3}), {3: 3e-3}, {}, None, {3: 0.1})
+    policy.decide(1, frozenset({3}), {3: 6e-3}, {3: 3}, None, {3: 0.1})
+    assert policy.workers[3].state is AmpState.INEFFECTIVE
+
+
+def test_an_unresolved_failure_is_retried_after_its_hold_and_each_retry_waits_twice_as_long():
+    policy = AmpPolicy(AmpConfig(retry_hold_periods=4))
+    noisy = {3: 0.3}
+
+    def trial(start: int) -> int:
+        """Try, fail within the noise at start + 1; returns the decision at which AMP goes on again."""
+        policy.decide(start + 1, frozenset({3}), {3: 3.1e-3}, {3: 3}, None, noisy)
+        assert policy.workers[3].state is AmpState.RETRY
+        period = start + 2
+        while not policy.decide(period, frozenset({3}), {3: 3e-3}, {}, {3: 3e-3}, noisy):
+            period += 1
+        assert policy.enabled(3) and policy.workers[3].state is AmpState.VERIFYING
+        return period
+
+    assert policy.decide(0, frozenset({3}), {3: 3e-3}, {}, {3: 3e-3}, noisy)[0].amp
+    first = trial(0)
+    assert first == 1 + 4
+    assert trial(first) == first + 1 + 8
+    assert policy.untried(frozenset({3})) == []  # on AMP again: nothing the batch rule could skip
+
+
+def test_a_worker_waiting_to_retry_amp_is_not_counted_as_never_tried():
+    policy = AmpPolicy()
+    policy.decide(0, frozenset({3}), {3: 3e-3}, {}, None, {3: 0.3})
+    policy.decide(1, frozenset({3}), {3: 3e-3}, {3: 3}, None, {3: 0.3})
+    assert policy.workers[3].state is AmpState.RETRY and not policy.enabled(3)
+    assert policy.untried(frozenset({3})) == [] and policy.skip([3]) == []
+
+
+@pytest.mark.parametrize("speedup, rel_error, reachable", [(1.05, 0.0, False), (1.05, 0.02, False), (1.05, 0.03, True),
+                                                            (0.5, 0.1, False), (1.0, 0.06, True)])
+def test_whether_min_gain_is_within_reach_of_the_noise(speedup, rel_error, reachable):
+    assert reachable_within_noise(speedup, rel_error, 0.1, 2.0) is reachable
+
+
+@pytest.mark.parametrize("field, value", [("resolve_z", -1.0), ("resolve_z", float("nan")), ("retry_hold_periods", -1),
+                                          ("probe_hold_periods", -2)])
+def test_an_amp_setting_out_of_range_is_refused_naming_its_field(field, value):
+    with pytest.raises(ConfigError, match=f"control.amp_policy.{field}={value}"):
+        AmpConfig(**{field: value})
 
 
 @pytest.mark.parametrize("fresh_before_s, kept", [(5.8e-3, True), (None, False)])
