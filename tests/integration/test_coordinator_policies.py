@@ -1,7 +1,7 @@
 """The coordinator on a real job: a replayed slowdown is detected within 2 decision periods of the slowed worker's 3rd report,
 AMP is switched on for the straggler and off after it recovers (or, on a CPU where bf16 autocast
-is slower than fp32, or on a machine too loaded to see its gain, undone as ineffective and never tried again),
-all in events.jsonl."""
+is slower than fp32, or on a machine too loaded to see its gain, undone: never tried again where the reports resolve
+that it did not help, tried again after a hold where they do not), all in events.jsonl."""
 
 from __future__ import annotations
 
@@ -72,10 +72,16 @@ def test_straggler_is_detected_amp_toggled_on_and_off_again(tmp_path):
         off = next((e for e in amp_events if e["amp"] is False and e["t"] >= recovered["t"]), None)
         assert off is not None, (recovered, amp_events)
         assert "recovered" in off["reason"]
-    else:  # verified, found no faster, undone, and never switched on again for this worker
+    else:  # verified, found no faster, undone; switched on again only as a retry of a verdict the noise left open
         off = first_off
         assert "did not help" in off["reason"], off
-        assert not [e for e in amp_events if e["amp"] is True and e["t"] > off["t"]]
+        again = [e for e in amp_events if e["amp"] is True and e["t"] > off["t"]]
+        if "marked ineffective" in off["reason"]:
+            assert not again, amp_events
+        else:
+            assert "within the noise of its reports" in off["reason"] and "tried again in" in off["reason"], off
+            if again:  # the retry: a fresh trial, at least a decision later
+                assert "trying AMP" in again[0]["reason"] and again[0]["t"] >= off["t"] + DECISION_PERIOD_S, amp_events
     assert not [e for e in events if e["kind"] == "straggler_detected" and e["worker"] != 3]
     assert result["amp_toggles"] >= 2
 
