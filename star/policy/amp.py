@@ -211,7 +211,7 @@ class AmpPolicy:
         trial_speedup = w.baseline_s / time_s
         self.measured.append(trial_speedup)
         trial_error = math.hypot(w.baseline_error, error)
-        trials = [*w.open_trials, (math.log(trial_speedup), trial_error)] if trial_error > 0 else [(math.log(trial_speedup), 0.0)]
+        trials = [*w.open_trials, (math.log(trial_speedup), trial_error)]
         speedup, pooled_error = pooled_speedup(trials)
         over = f" over {len(trials)} trials" if len(trials) > 1 else ""
         if speedup * (1 - c.min_gain) >= 1:
