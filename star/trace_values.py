@@ -12,8 +12,11 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 PAI_COLUMNS = ("worker", "time", "batch_time_norm")
+PAI_TIME_COLUMNS = ("batch_time_norm", "batch_time")  # the first present is read (the published files: _norm)
 SIMPLE_COLUMNS = ("iteration", "worker", "factor")
-PAI_MARKERS = frozenset({"time", "batch_time_norm", "gpu"})
+PAI_MARKERS = frozenset({"time", "batch_time_norm", "batch_time", "gpu"})
+# How a measurement that was not taken appears in exported tables (pandas writes NaN as "" or "nan").
+MISSING_CELLS = frozenset({"", "nan", "na", "n/a", "null", "none"})
 SIMPLE_MARKERS = frozenset({"iteration", "factor"})
 
 WorkerList = str | Sequence[int] | None
@@ -59,18 +62,35 @@ def exact_stretch(stretch: float) -> Fraction:
     return Fraction(str(float(stretch)))
 
 
+def is_missing_cell(text: str | None) -> bool:
+    """Whether a CSV cell holds no measurement (absent in a short row, empty, or NaN-like)."""
+    return text is None or text.strip().lower() in MISSING_CELLS
+
+
+def _parse_integer(text: str) -> int:
+    """An integer, also when written as an integral float ("11.0"): pandas writes an integer column that
+    holds a gap anywhere as floats."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)
+        if not value.is_integer():
+            raise
+        return int(value)
+
+
 def _parse_cell(text: str | None, name: str, where: str, parse, what: str):
     if text is None or not text.strip():
         raise fail(name, text, "missing value", where)
     try:
         return parse(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise fail(name, text, f"not {what}", where) from None
 
 
 def parse_int_cell(text: str | None, name: str, where: str) -> int:
     """Parse a CSV cell as a non-negative integer, naming the column on failure."""
-    return check_index(_parse_cell(text, name, where, int, "an integer"), name, where)
+    return check_index(_parse_cell(text, name, where, _parse_integer, "an integer"), name, where)
 
 
 def parse_float_cell(text: str | None, name: str, where: str) -> float:

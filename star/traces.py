@@ -26,13 +26,18 @@ Two file formats, detected from the header by ``load_trace``:
 * Alibaba PAI mini-batch times: ``,worker,gpu,time,batch_time_norm`` where ``time``
   is the iteration number. Factor = batch time / median batch time of the fastest
   worker (lowest median; ties go to the lowest id). A repeated (worker, time) row
-  keeps the last value, because the published job_2 file contains one.
+  keeps the last value, because the published job_2 file contains one. Real exports
+  have gaps, so a row whose worker, time or batch time is missing (empty, NaN-like,
+  or cut short) is skipped with one warning, and that worker's previous factor holds
+  over it; a worker with no measured row is left out. ``batch_time`` is read when
+  ``batch_time_norm`` is absent (factors are ratios either way).
 * The project's simple CSV: ``iteration,worker,factor`` with factors taken as is.
 """
 
 from __future__ import annotations
 
 import csv
+import logging
 import math
 import numbers
 import statistics
@@ -45,9 +50,12 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from star.trace_values import (
-    PAI_COLUMNS, SIMPLE_COLUMNS, PAI_MARKERS, SIMPLE_MARKERS, WorkerList, check_factor, check_index, check_num_workers,
-    exact_stretch, fail, normalise_worker_list, parse_float_cell, parse_int_cell,
+    PAI_COLUMNS, PAI_TIME_COLUMNS, SIMPLE_COLUMNS, PAI_MARKERS, SIMPLE_MARKERS, WorkerList, check_factor, check_index,
+    check_num_workers, exact_stretch, fail, is_missing_cell, normalise_worker_list, parse_float_cell, parse_int_cell,
 )
+from star.logs import log
+
+logger = logging.getLogger("traces")
 
 __all__ = [
     "TraceRow",
@@ -308,11 +316,11 @@ class Trace:
 
 def _csv_records(path: Path, required: Sequence[str]) -> Iterator[tuple[str, dict]]:
     """Yield ``(location, record)`` per data row after checking the header has ``required``."""
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: a byte-order mark is not a column name
         reader = csv.DictReader(handle, skipinitialspace=True)
-        header = reader.fieldnames
-        if not header:
+        if not reader.fieldnames:
             raise fail("header", str(path), "empty file, expected a CSV header")
+        header = reader.fieldnames = [name.strip() for name in reader.fieldnames]
         for column in required:
             if column not in header:
                 raise fail(column, header, "missing column in header", str(path))
@@ -322,8 +330,8 @@ def _csv_records(path: Path, required: Sequence[str]) -> Iterator[tuple[str, dic
 
 def _read_header(path: Path) -> list[str]:
     """First CSV line of ``path``, to tell the formats apart."""
-    with open(path, newline="", encoding="utf-8") as handle:
-        return next(csv.reader(handle), [])
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        return [name.strip() for name in next(csv.reader(handle), [])]
 
 
 def load_simple_csv(path: str | Path) -> Trace:
@@ -340,16 +348,32 @@ def load_simple_csv(path: str | Path) -> Trace:
     return Trace.from_rows(rows, source=str(path))
 
 
+def _pai_time_column(path: Path) -> str:
+    """The batch-time column this PAI file has (batch_time_norm, else batch_time)."""
+    header = set(_read_header(path))
+    return next((name for name in PAI_TIME_COLUMNS if name in header), PAI_TIME_COLUMNS[0])
+
+
 def _read_pai_times(path: Path) -> dict[int, dict[int, float]]:
-    """Batch times per worker and iteration; a repeated pair keeps the last value."""
+    """Batch times per worker and iteration; a repeated pair keeps the last value, a row with a gap is
+    skipped (one warning says how many and where the first was). A malformed value is still an error."""
+    column = _pai_time_column(path)
+    columns = ("worker", "time", column)
     times: dict[int, dict[int, float]] = {}
-    for where, record in _csv_records(path, PAI_COLUMNS):
+    gaps: list[str] = []
+    for where, record in _csv_records(path, columns):
+        if any(is_missing_cell(record.get(name)) for name in columns):
+            gaps.append(where)
+            continue
         worker = parse_int_cell(record["worker"], "worker", where)
         iteration = parse_int_cell(record["time"], "time", where)
-        batch_time = parse_float_cell(record["batch_time_norm"], "batch_time_norm", where)
+        batch_time = parse_float_cell(record[column], column, where)
         times.setdefault(worker, {})[iteration] = batch_time
     if not times:
-        raise fail("rows", 0, "a trace needs at least one row", str(path))
+        raise fail("rows", len(gaps), "a trace needs at least one row with a worker, time and batch time", str(path))
+    if gaps:
+        log(logger, logging.WARNING, f"{path}: {len(gaps)} trace row(s) with a missing value skipped (first at "
+            f"{gaps[0]}); each worker's factor holds over them", file=str(path), rows=len(gaps), first=gaps[0])
     return times
 
 

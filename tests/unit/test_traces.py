@@ -137,17 +137,81 @@ def test_pai_missing_column_is_named(tmp_path: Path, column: str) -> None:
         ("0,0,25,1,abc", "batch_time_norm"),
         ("0,0,25,1,0", "batch_time_norm"),
         ("0,0,25,1,-5", "batch_time_norm"),
-        ("0,0,25,1,nan", "batch_time_norm"),
+        ("0,0,25,1,inf", "batch_time_norm"),
         ("0,0,25,x,100", "time"),
         ("0,0,25,-1,100", "time"),
+        ("0,0,25,11.5,100", "time"),
         ("0,w,25,1,100", "worker"),
-        ("0,0,25,1", "batch_time_norm"),
     ],
 )
 def test_pai_bad_value_names_its_column(tmp_path: Path, row: str, field: str) -> None:
     path = _write(tmp_path, PAI_HEADER + "0,0,25,1,100\n" + row + "\n")
     with pytest.raises(TraceError, match=f"^{field}: .*{path.name}:3"):
         load_pai_csv(path)
+
+
+@pytest.mark.parametrize("gap", ["", "nan", "NaN", " NA ", "null"])
+def test_pai_row_with_a_missing_batch_time_is_skipped_and_the_previous_factor_holds(
+        tmp_path: Path, gap: str, caplog: pytest.LogCaptureFixture) -> None:
+    text = PAI_HEADER + f"0,0,25,1,100\n1,0,25,11,300\n2,0,25,21,{gap}\n3,0,25,31,100\n4,1,25,31,100\n"
+    path = _write(tmp_path, text)
+    with caplog.at_level("WARNING", logger="traces"):
+        trace = load_pai_csv(path)
+    assert trace.steps[0] == ((1, 1.0), (11, 3.0), (31, 1.0))
+    slow = trace.slowdown_for(0, 2)
+    assert [slow.factor_at(i) for i in (11, 21, 30, 31)] == [3.0, 3.0, 3.0, 1.0]
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].fields["rows"] == 1
+    assert warnings[0].fields["first"] == f"{path}:4"
+
+
+def test_pai_rows_cut_short_or_missing_a_worker_or_time_are_skipped(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    text = PAI_HEADER + "0,0,25,1,100\n1,,25,11,300\n2,0,25,,300\n3,0,25,21,200\n4,0,25,31\n5,1,25,1,100\n"
+    with caplog.at_level("WARNING", logger="traces"):
+        trace = load_pai_csv(_write(tmp_path, text))
+    assert trace.steps[0] == ((1, 1.0), (21, 2.0))
+    assert [r.fields["rows"] for r in caplog.records if r.levelname == "WARNING"] == [3]
+
+
+def test_pai_worker_without_a_measured_row_is_left_out(tmp_path: Path) -> None:
+    text = PAI_HEADER + "0,0,25,1,100\n1,1,25,1,nan\n2,2,25,1,200\n3,0,25,11,100\n4,1,25,11,\n5,2,25,11,200\n"
+    trace = load_pai_csv(_write(tmp_path, text))
+    assert trace.workers == (0, 2)
+    with pytest.raises(TraceError, match="^trace_workers: "):
+        trace.slowdown_for(0, 2, "1,2")
+
+
+def test_pai_file_with_no_measured_row_names_rows(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="^rows: .*with a worker, time and batch time"):
+        load_pai_csv(_write(tmp_path, PAI_HEADER + "0,0,25,1,nan\n1,1,25,1,\n"))
+
+
+def test_pai_integer_columns_written_as_integral_floats_are_read(tmp_path: Path) -> None:
+    # pandas writes an integer column that holds a NaN anywhere as floats: "11.0".
+    text = PAI_HEADER + "0,0.0,25.0,1.0,100.0\n1,0.0,25.0,11.0,250.0\n2,1.0,25.0,11.0,100.0\n"
+    trace = load_trace(_write(tmp_path, text))
+    assert trace.steps[0] == ((1, 1.0), (11, 2.5))
+    assert trace.workers == (0, 1)
+
+
+def test_pai_batch_time_column_is_read_when_the_normalised_one_is_absent(tmp_path: Path) -> None:
+    text = ",worker,gpu,time,batch_time\n0,0,25,1,0.5\n1,0,25,11,1.5\n2,1,25,11,0.5\n"
+    trace = load_trace(_write(tmp_path, text))
+    assert trace.steps[0] == ((1, 1.0), (11, 3.0))
+
+
+@pytest.mark.parametrize("header", ["\ufeff,worker,gpu,time,batch_time_norm", ",worker ,gpu, time , batch_time_norm "])
+def test_pai_header_with_a_byte_order_mark_or_padded_names_is_read(tmp_path: Path, header: str) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text(header + "\n0,0,25,1,100\n1,0,25,11,200\n2,1,25,1,100\n", encoding="utf-8")
+    assert load_trace(path).steps[0] == ((1, 1.0), (11, 2.0))
+
+
+def test_simple_csv_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text("\ufeffiteration,worker,factor\n0,0,1\n10,0,2\n", encoding="utf-8")
+    assert load_trace(path).steps[0] == ((0, 1.0), (10, 2.0))
 
 
 # ------------------------------------------------------------------- simple CSV
