@@ -30,7 +30,8 @@ class BatchConfig:
     max_factor: float = 2.0  # nor more than this many times the even share
     min_gain: float = 0.05  # resend sizes only when they cut the predicted slowest-worker time by this fraction...
     change_cost_iters: float = 1.0  # ...and the saving repays a change's cost (this many slowest-worker iterations:
-    payback_iters: float = 10.0  # re-measuring at the new sizes) within this many iterations
+    payback_iters: float = 10.0  # re-measuring at the new sizes) within this many iterations, or within as many as the
+    held_payback: bool = True  # speeds have held unchanged, if more: a spread that has lasted t is expected to last about t more
     noise_z: float = 1.0  # ...judged on speeds whose differences are shrunk by this many standard errors (0: as measured)
     speed_alpha: float = 0.3  # EMA weight of a decision's new per-sample time in the speeds sizing acts on (1: none)
     speed_band: float = 0.15  # a worker's speed for sizing moves only when its EMA leaves this relative band...
@@ -58,9 +59,13 @@ class BatchConfig:
             if not ok:
                 raise ConfigError(f"control.batching.{name}", getattr(self, name), "out of range")
 
-    def required_gain(self) -> float:
-        """The fraction of the slowest worker's iteration time a change must save."""
-        return max(self.min_gain, self.change_cost_iters / self.payback_iters)
+    def required_gain(self, held_iters: float = 0.0) -> float:
+        """The fraction of the slowest worker's iteration time a change must save. `held_iters`: iterations the
+        speeds sizing acts on have held unchanged. With `held_payback` the change's cost may be repaid over that
+        long (a lasting mild spread, as real clusters' heterogeneous workers show, is balanced at `min_gain`);
+        speeds that just moved get `payback_iters`, so a spike or a fresh step still needs the higher bar."""
+        horizon = max(self.payback_iters, held_iters) if self.held_payback else self.payback_iters
+        return max(self.min_gain, self.change_cost_iters / horizon)
 
 
 class BatchPlanError(ValueError):

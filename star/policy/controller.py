@@ -25,7 +25,7 @@ from star.errors import ConfigError
 from star.detect import DetectorConfig, StragglerDetector, finishes_early
 from star.plan import SyncPlan, with_epoch, with_pace, with_tree, without_workers
 from star.policy.amp import AmpConfig, AmpDecision, AmpPolicy
-from star.policy.batch import back_to_even, BatchConfig, BatchPlanError, predicted_gain, solve_batch_sizes
+from star.policy.batch import back_to_even, BatchConfig, BatchPlanError, makespan_s, predicted_gain, solve_batch_sizes
 from star.policy.batch_guard import BatchGuard
 from star.policy.combine import amp_gain_under_batch, Sizes, unbalanced
 from star.policy.learned import LearnedSelector, load_model
@@ -130,6 +130,7 @@ class Controller:
         self.speeds = SpeedTracker(b.speed_alpha, b.speed_band, b.speed_confirm, b.speed_jump, b.speed_shared)  # what batch sizing acts on
         self.batch_guard = BatchGuard(b.guard)  # even batches while sizing loses to them
         self._settle_waits = 0  # decisions batch sizing has waited for the sizes last sent to be reported
+        self._speeds_since_s: float | None = None  # when a speed batch sizing acts on last moved (BatchConfig.held_payback)
         self.lost: set[int] = set()
         self.judged: set[int] = set()  # workers that have had enough reports to be judged at least once
         self.base_plan: SyncPlan | None = None  # the first plan seen: what a rejoining worker goes back to
@@ -234,7 +235,7 @@ class Controller:
             else:
                 batch = self._batch_sizes({w: s for w, s in active.items() if w not in held}, per_sample,
                                           {w: self.batch_sizes.get(w, self.base_batch) for w in held}, events, steady,
-                                          correcting, frozenset(amp))
+                                          correcting, frozenset(amp), now_s)
                 self._sized_on_estimate |= estimated_now & set(batch)  # one set earlier stays due while its worker is held
 
         plan = self._plan(period, current, active, detection.stragglers, b_noise, events, self.amp.verifying(), now_s)
@@ -314,7 +315,8 @@ class Controller:
 
     def _batch_sizes(self, active: Mapping[int, WorkerSummary], per_sample_s: Mapping[int, float], held: Mapping[int, int],
                      events: list[dict[str, Any]], steady_s: Mapping[int, float] | None = None,
-                     correcting: frozenset[int] = frozenset(), amp_switched: frozenset[int] = frozenset()) -> dict[int, int]:
+                     correcting: frozenset[int] = frozenset(), amp_switched: frozenset[int] = frozenset(),
+                     now_s: float | None = None) -> dict[int, int]:
         """Split the global batch left after the `held` workers' sizes over the `active` ones by speed: their
         smoothed reference speeds (star.policy.speeds), and only for a gain that repays the change.
         `steady_s`: the speeds over more reports, which a worker's first reference starts from. `correcting`: workers
@@ -348,7 +350,10 @@ class Controller:
             events.append({"kind": "batch_skipped", "reason": str(exc)})
             return {}
         current = {w: self.batch_sizes.get(w, self.base_batch) for w in workers}
-        gain, required = predicted_gain(current, proposed, per_sample, fixed), 0.0 if correcting else c.required_gain()
+        if moved or self._speeds_since_s is None or now_s is None:
+            self._speeds_since_s = now_s
+        held_iters = (now_s - self._speeds_since_s) / max(makespan_s(current, per_sample, fixed), 1e-9) if now_s is not None else 0.0
+        gain, required = predicted_gain(current, proposed, per_sample, fixed), 0.0 if correcting else c.required_gain(held_iters)
         # Judged on the differences the measurements resolve: noise alone would pass the minimum gain
         # A step confirmed by a second jump in a row is resolved by that rule: its window's spread is the step, not
         # noise (right after a step, reports from both sides of it look like a 50-80% spread and would hide it).

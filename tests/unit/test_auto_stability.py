@@ -238,7 +238,7 @@ def test_once_the_new_sizes_are_reported_batch_sizing_acts_at_once():
 
 
 def report_stream(speed_at, seconds: float, noise_cv: float, seed: int = 0, batch: int = 32, period_s: float = 1.0,
-                  workers: int = 4, config: ControlConfig | None = None):
+                  workers: int = 4, config: ControlConfig | None = None, clock: bool = False):
     """Workers reporting every iteration (per-sample time x batch, lognormal noise per report),
     summarised by the coordinator's own rule (ReportBook) and decided on by a batch Controller once a
     period. speed_at(worker, t) is the worker's true per-sample time at time t."""
@@ -257,13 +257,62 @@ def report_stream(speed_at, seconds: float, noise_cv: float, seed: int = 0, batc
                 compute = speed_at(w, next_report[w]) * size * float(rng.lognormal(0.0, noise_cv))
                 next_report[w] += compute
                 book.record(np.array([w]), next_report[w], np.array([compute]), 0.002, np.array([size]), np.array([False]))
-        decisions.append(controller.decide(period, plan, book.summaries(end, np.zeros(workers, dtype=bool))))
+        decisions.append(controller.decide(period, plan, book.summaries(end, np.zeros(workers, dtype=bool)),
+                                           now_s=end if clock else None))
     return controller, decisions
 
 
 def test_noisy_stationary_reports_resize_once_and_then_never():
     _, decisions = report_stream(lambda w, t: STRAGGLED[w], 120.0, noise_cv=0.1)
     assert resizes(decisions) == [0]
+
+
+MILD = {0: 10e-3, 1: 10e-3, 2: 10e-3, 3: 11.5e-3}  # balanced, the round is 7-9% shorter: under the 10% bar, over 5%
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_lasting_mild_spread_is_balanced_once_the_speeds_have_held_and_not_before(seed):
+    """A spread the speeds have shown unchanged for t may be repaid over t (BatchConfig.held_payback): the bar falls
+    from 10% towards min_gain (5%). Here a round is ~0.35 s, so 10 iterations pass in ~4 decisions."""
+    controller, decisions = report_stream(lambda w, t: MILD[w], 60.0, noise_cv=0.02, seed=seed, clock=True)
+    done = resizes(decisions)
+    assert len(done) == 1 and 4 <= done[0] <= 12
+    assert controller.batch_sizes[3] < 32
+    event = next(e for e in decisions[done[0]].events if e["kind"] == "batch_sizes")
+    assert 0.05 <= event["required_gain"] < 0.1 and event["required_gain"] <= event["resolved_gain"] < 0.1
+
+
+@pytest.mark.parametrize("config, clock", [(ControlConfig(batching=BatchConfig(held_payback=False)), True),
+                                           (None, False)])
+def test_a_mild_spread_stays_unbalanced_without_held_payback_or_a_clock(config, clock):
+    """The control for the test above: the 10% bar alone never balances it."""
+    assert resizes(report_stream(lambda w, t: MILD[w], 60.0, noise_cv=0.02, config=config, clock=clock)[1]) == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_noisy_equal_speeds_cause_no_resizes_however_long_they_hold(seed):
+    """The lower bar of speeds that held is still judged on the differences their measurements resolve."""
+    assert resizes(report_stream(lambda w, t: 10e-3, 120.0, noise_cv=0.1, seed=seed, clock=True)[1]) == []
+
+
+def test_noisy_stationary_straggler_resizes_once_with_the_clock_too():
+    _, decisions = report_stream(lambda w, t: STRAGGLED[w], 120.0, noise_cv=0.1, clock=True)
+    assert resizes(decisions) == [0]
+
+
+def test_a_speed_that_moves_brings_back_the_full_bar():
+    """Held time counts from the last move of a speed sizing acts on: a fresh step is judged at payback_iters."""
+    _, decisions = report_stream(lambda w, t: 20e-3 if w == 3 and t >= 40.0 else 10e-3, 60.0, noise_cv=0.02, clock=True)
+    events = [e for d in decisions for e in d.events if e["kind"] == "batch_sizes"]
+    assert events and "3" in events[0]["speeds_moved"] and events[0]["required_gain"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("held_iters, held_payback, expected", [
+    (0.0, True, 0.10), (10.0, True, 0.10), (15.0, True, 1 / 15), (20.0, True, 0.05), (500.0, True, 0.05),
+    (500.0, False, 0.10),
+])
+def test_required_gain_falls_with_the_iterations_speeds_held_down_to_min_gain(held_iters, held_payback, expected):
+    assert BatchConfig(held_payback=held_payback).required_gain(held_iters) == pytest.approx(expected)
 
 
 def test_equal_speeds_among_100_noisy_workers_cause_no_resizes(monkeypatch):
