@@ -370,7 +370,8 @@ def _read_pai_times(path: Path) -> dict[int, dict[int, float]]:
         batch_time = parse_float_cell(record[column], column, where)
         times.setdefault(worker, {})[iteration] = batch_time
     if not times:
-        raise fail("rows", len(gaps), "a trace needs at least one row with a worker, time and batch time", str(path))
+        raise fail("rows", 0, f"a trace needs at least one row with a worker, time and batch time ({len(gaps)} had a gap)",
+                   str(path))
     if gaps:
         log(logger, logging.WARNING, f"{path}: {len(gaps)} trace row(s) with a missing value skipped (first at "
             f"{gaps[0]}); each worker's factor holds over them", file=str(path), rows=len(gaps), first=gaps[0])
