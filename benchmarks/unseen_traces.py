@@ -7,7 +7,9 @@ still lose elsewhere. This sweep replays, in the simulator (the same Controller 
 coordinator, calibrated on digits), traces with seeds and parameters those tables never use:
 
 - generated (star.sim.generators), per `--generator-seeds` seed 1..N: a wider static spread,
-  transient stragglers at 2x and 5x, rotation every 10 iterations at 3x and every 40 at 2x,
+  transient stragglers at 2x and 5x (slow for iterations 25-75), and at 3x and 5x for iterations 10-30 ("early":
+  back well before the target, ~40 updates, so the sweep also sees how a recovery is followed; the others recover
+  after it), rotation every 10 iterations at 3x and every 40 at 2x,
   heavier tails (alpha 2.5 and 1.5), contention on 2 hosts; and the held-out shapes (generators.HELD_OUT,
   written after the policies were tuned): a worker flapping 3x 2-on-2-off and 2x 3-on-3-off, ramps to 3x over 40
   iterations and to 2x over 60 (a slow drift), per-iteration jitter up to 1.4x on every worker, 3x bursts of 3 in every 10,
@@ -67,6 +69,8 @@ def generated_cases(seeds: int, workers: int) -> list[Case]:
         "static spread 0.8": lambda s: g.static(workers, 100, s, spread=0.8),
         "transient 2x": lambda s: g.transient(workers, 100, s, factor=2.0),
         "transient 5x": lambda s: g.transient(workers, 100, s, factor=5.0),
+        "transient 3x early": lambda s: g.transient(workers, 100, s, factor=3.0, start_frac=0.1, end_frac=0.3),
+        "transient 5x early": lambda s: g.transient(workers, 100, s, factor=5.0, start_frac=0.1, end_frac=0.3),
         "rotating 3x every 10": lambda s: g.rotating(workers, 100, s, factor=3.0, period=10),
         "rotating 2x every 40": lambda s: g.rotating(workers, 100, s, factor=2.0, period=40),
         "heavy_tail a2.5": lambda s: g.heavy_tail(workers, 100, s),

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from benchmarks.unseen_traces import Case, case_row, generated_cases, main, subset_cases, verdict
+from star.traces import load_trace
 
 
 
@@ -38,9 +39,21 @@ def test_the_verdict_names_the_worst_case_and_counts_those_over_5_percent():
 
 def test_generated_cases_use_seeds_the_shipped_scenarios_do_not(tmp_path):
     cases = generated_cases(2, 4)
-    assert len(cases) == 32 and all(c.name.endswith((" s1", " s2")) for c in cases)
+    assert len(cases) == 36 and all(c.name.endswith((" s1", " s2")) for c in cases)
     cases[0].write(tmp_path / "t.csv")
     assert (tmp_path / "t.csv").read_text().startswith("iteration,worker,factor")
+
+
+@pytest.mark.parametrize("name, factor", [("transient 3x early s1", 3.0), ("transient 5x early s2", 5.0)])
+def test_the_early_transient_cases_recover_well_before_the_target(tmp_path, name, factor):
+    """The other transient cases recover at iteration 75, after the ~40 updates digits needs: a sweep of those alone
+    never sees how a recovery is followed."""
+    case = next(c for c in generated_cases(2, 4) if c.name == name)
+    case.write(tmp_path / "t.csv")
+    trace = load_trace(tmp_path / "t.csv")
+    slowed = [w for w, steps in trace.steps.items() if any(f > 1 for _, f in steps)]
+    steps = trace.steps[slowed[0]]
+    assert len(slowed) == 1 and steps[:3] == ((0, 1.0), (10, factor), (30, 1.0)) and all(f == 1.0 for _, f in steps[2:])
 
 
 def test_subsets_are_distinct_seeded_and_run_at_every_stretch(six_workers):
