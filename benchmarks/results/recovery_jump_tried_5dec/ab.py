@@ -1,6 +1,6 @@
 """Paired A/B of one strategy on one trace: old tree vs new tree, seeds interleaved (order alternates per seed)."""
 import json, os, subprocess, sys
-trees = {"old": "/work/main", "new": "/tmp/wt"}
+trees = {"old": "/work/main", "new": "/tmp/wt"}  # new: a git worktree of main with a recovery_jump*.diff applied (/tmp/wt2 for the window variant)
 trace, strategy, seeds, out, extra = sys.argv[1], sys.argv[2], [int(s) for s in sys.argv[3].split(",")], sys.argv[4], sys.argv[5:]
 rows = []
 for i, seed in enumerate(seeds):
