@@ -25,7 +25,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from star.config import from_dict, JobConfig
+from star.cli_checks import check_trace, check_trace_workers
+from star.config import ConfigError, from_dict, JobConfig
 from star.launch import launch_or_stop
 from star.report import write_report
 from star.traces import Trace, write_simple_csv
@@ -207,6 +208,13 @@ def main(argv: list[str] | None = None) -> int:
             [n for n in ("auto-clean",) if n in names]
         print(write_tables(out, summarise(raw, names, args.level)))
         return 0
+    if args.trace != "mid3x":
+        try:  # before any run: a bad file or mapping would otherwise fail each traced run in its workers
+            check_trace("--trace", args.trace)
+            check_trace_workers("--trace-workers", args.trace, args.trace_workers, args.workers)
+        except ConfigError as exc:
+            print(f"strategies: {exc}", file=sys.stderr)
+            return 2
     out.mkdir(parents=True, exist_ok=True)
     trace = args.trace
     if trace == "mid3x":

@@ -403,7 +403,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    from star.cli_checks import check_task, check_trace
+    from star.cli_checks import check_task, check_trace, check_trace_workers
 
     try:
         config = config_from_args(args)
@@ -411,6 +411,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         for path in config.traces:  # checked before any run starts
             if not path.startswith("synthetic"):
                 check_trace("traces", path)
+                check_trace_workers("trace_workers", path, config.trace_workers, config.workers)
         rows = run_bench(config)
     except ValueError as exc:
         print(f"star bench: {exc}", file=sys.stderr)

@@ -35,7 +35,7 @@ def _job_parser(sub, name: str, help_text: str, handler) -> None:
 def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
     """The job a `star launch` / `star node` command line describes, and its progress printer."""
     from star.cli_args import given_flags
-    from star.cli_checks import check_task, check_trace
+    from star.cli_checks import check_task, check_trace, check_trace_workers
     from star.config import merge
     from star.ddp_rules import ddp_refusal
     from star.devices import check_device_available
@@ -48,6 +48,7 @@ def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
     config = config_from_args(JobConfig, args, base)
     check_task("task", config.task)
     check_trace("trace.path", config.trace.path)
+    check_trace_workers("trace.workers", config.trace.path, config.trace.workers, config.workers)
     check_device_available("device", config.device)
     return config, progress
 
@@ -173,10 +174,11 @@ def _run_sim(args: argparse.Namespace) -> int:
     from star.sim.run import run_and_write
 
     base = load_toml(args.config) if args.config else {}
-    from star.cli_checks import check_trace
+    from star.cli_checks import check_trace, check_trace_workers
 
     config = sim_config(merge(base, given_flags(args, SimConfig)))  # a calibration file goes under both
     check_trace("trace.path", config.trace.path)
+    check_trace_workers("trace.workers", config.trace.path, config.trace.workers, config.workers)
     result = run_and_write(config).result
     keys = ("mode", "workers", "reached", "tta_s", "final_metric", "iterations", "updates", "straggler_detections",
             "plan_switches", "amp_toggles", "sim_s", "wall_s")

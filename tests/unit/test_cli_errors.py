@@ -101,3 +101,33 @@ def test_a_missing_trace_file_is_named_with_its_flag(tmp_path, capsys, argv):
     assert main([*argv, missing, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "trace" in err and missing in err and "no such file" in err.lower(), err
+
+
+def _four_worker_trace(tmp_path):
+    path = tmp_path / "four.csv"
+    path.write_text("iteration,worker,factor\n" + "".join(f"0,{w},1.0\n10,{w},2.0\n" for w in range(4)))
+    return str(path)
+
+
+@pytest.mark.parametrize("mapping, problem", [("0,1,2", "one entry per run worker"), ("0,1,2,7", "not in trace"),
+                                              ("0,x,2,3", "not an integer")])
+@pytest.mark.parametrize("argv", [["launch", "--task", "digits", "--workers", "4"], ["sim", "--workers", "4"],
+                                  ["bench", "--sim", "--workers", "4"]])
+def test_a_bad_trace_worker_mapping_is_refused_before_any_process_starts(tmp_path, capsys, argv, mapping, problem):
+    """Each worker daemon refused it on its own before: the launcher restarted them until the job failed, ~20 s on."""
+    trace_flag = "--traces" if argv[0] == "bench" else "--trace"
+    out = tmp_path / "out"
+    assert main([*argv, trace_flag, _four_worker_trace(tmp_path), "--trace-workers", mapping, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and mapping in err and problem in err, err
+    assert not (out / "logs").exists()
+
+
+def test_the_strategies_benchmark_refuses_a_bad_trace_worker_mapping_before_its_first_run(tmp_path, capsys):
+    from benchmarks.strategies import main as strategies_main
+
+    out = tmp_path / "out"
+    argv = ["--trace", _four_worker_trace(tmp_path), "--workers", "8", "--trace-workers", "0,1,2,3", "--out", str(out)]
+    assert strategies_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--trace-workers='0,1,2,3'" in err and "one entry per run worker (8)" in err and not out.exists()
