@@ -25,7 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from star.cli_checks import check_trace, check_trace_workers
+from star.cli_checks import check_task, check_trace, check_trace_workers
 from star.config import ConfigError, from_dict, JobConfig
 from star.launch import launch_or_stop
 from star.report import write_report
@@ -42,14 +42,19 @@ def middle_half_trace(path: Path, worker: int, factor: float, start: int, end: i
     return path
 
 
-def run_one(args: argparse.Namespace, strategy: str, trace: str | None, out: Path, seed: int) -> dict:
+def run_config(args: argparse.Namespace, strategy: str, trace: str | None, out: Path, seed: int) -> JobConfig:
+    """The job one run launches (raises ConfigError naming a bad field, as `star launch` would)."""
     data = {
         "task": args.task, "workers": args.workers, "ps": args.ps, "out": str(out), "seed": seed,
         "max_time_s": args.max_time_s, "plan": {"mode": strategy},
     }
     if trace:
         data["trace"] = {"path": trace, "stretch": args.trace_stretch, **({"workers": args.trace_workers} if args.trace_workers else {})}
-    result = launch_or_stop(from_dict(JobConfig, data))
+    return from_dict(JobConfig, data)
+
+
+def run_one(args: argparse.Namespace, strategy: str, trace: str | None, out: Path, seed: int) -> dict:
+    result = launch_or_stop(run_config(args, strategy, trace, out, seed))
     write_report([out])  # OUT/<run>/seed<N>/report.png and report.md
     return result
 
@@ -208,13 +213,17 @@ def main(argv: list[str] | None = None) -> int:
             [n for n in ("auto-clean",) if n in names]
         print(write_tables(out, summarise(raw, names, args.level)))
         return 0
-    if args.trace != "mid3x":
-        try:  # before any run: a bad file or mapping would otherwise fail each traced run in its workers
+    try:  # before any run: a bad value would otherwise end the benchmark at the first run that uses it, or in its workers
+        check_task("--task", args.task)
+        if args.trace != "mid3x":
             check_trace("--trace", args.trace)
             check_trace_workers("--trace-workers", args.trace, args.trace_workers, args.workers)
-        except ConfigError as exc:
-            print(f"strategies: {exc}", file=sys.stderr)
-            return 2
+        for flag, value in (("--repeats", args.repeats), ("--workers", args.workers)):
+            if value < 1:
+                raise ConfigError(flag, value, "must be >= 1")
+    except ConfigError as exc:
+        print(f"strategies: {exc}", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     trace = args.trace
     if trace == "mid3x":
@@ -222,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = [("ssgd", None, "clean")] + [(s, trace, s) for s in args.strategies.split(",")] + [("auto", None, "auto-clean")]
     seeds = [args.seed + r for r in range(args.repeats)]
+    try:
+        for strategy, run_trace, name in runs:
+            run_config(args, strategy, run_trace, out / name / f"seed{seeds[0]}", seeds[0])
+    except ConfigError as exc:
+        print(f"strategies: {exc}", file=sys.stderr)
+        return 2
     raw: list[dict] = []
     try:
         measure(args, runs, seeds, out, raw)

@@ -123,11 +123,17 @@ def test_a_bad_trace_worker_mapping_is_refused_before_any_process_starts(tmp_pat
     assert not (out / "logs").exists()
 
 
-def test_the_strategies_benchmark_refuses_a_bad_trace_worker_mapping_before_its_first_run(tmp_path, capsys):
+@pytest.mark.parametrize("argv, named", [
+    (["--workers", "8", "--trace-workers", "0,1,2,3"], "--trace-workers='0,1,2,3': trace_workers: needs one entry per run worker (8)"),
+    (["--strategies", "ssgd,nope"], "plan.mode='nope'"), (["--task", "nope"], "--task='nope'"),
+    (["--repeats", "0"], "--repeats=0"), (["--workers", "0"], "--workers=0"), (["--trace-stretch", "-1"], "trace.stretch=-1.0"),
+])
+def test_the_strategies_benchmark_refuses_bad_input_before_its_first_run(tmp_path, capsys, argv, named):
+    """Before, a bad strategy name ended the benchmark after the clean run, and a bad mapping failed in the workers."""
     from benchmarks.strategies import main as strategies_main
 
     out = tmp_path / "out"
-    argv = ["--trace", _four_worker_trace(tmp_path), "--workers", "8", "--trace-workers", "0,1,2,3", "--out", str(out)]
-    assert strategies_main(argv) == 2
+    assert strategies_main(["--trace", _four_worker_trace(tmp_path), *argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "--trace-workers='0,1,2,3'" in err and "one entry per run worker (8)" in err and not out.exists()
+    assert err.count("\n") == 0 and named in err, err
+    assert not (out / "runs.csv").exists() and not (out / "clean").exists()
