@@ -214,13 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         print(write_tables(out, summarise(raw, names, args.level)))
         return 0
     try:  # before any run: a bad value would otherwise end the benchmark at the first run that uses it, or in its workers
+        for flag, value in (("--repeats", args.repeats), ("--workers", args.workers)):
+            if value < 1:
+                raise ConfigError(flag, value, "must be >= 1")
         check_task("--task", args.task)
         if args.trace != "mid3x":
             check_trace("--trace", args.trace)
             check_trace_workers("--trace-workers", args.trace, args.trace_workers, args.workers)
-        for flag, value in (("--repeats", args.repeats), ("--workers", args.workers)):
-            if value < 1:
-                raise ConfigError(flag, value, "must be >= 1")
     except ConfigError as exc:
         print(f"strategies: {exc}", file=sys.stderr)
         return 2
