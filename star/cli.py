@@ -59,6 +59,11 @@ def _run_launch(args: argparse.Namespace) -> int:
 
     config, progress = _job_config(args)
     print(f"star launch: task={config.task} workers={config.workers} ps={config.ps} mode={config.plan.mode} out={config.out}", flush=True)
+    if config.trace.path and not args.quiet:
+        from star.traces import describe_mapping, load_trace
+
+        print(f"star launch: trace {config.trace.path} x{config.trace.stretch:g}, "
+              + describe_mapping(load_trace(config.trace.path), config.workers, config.trace.workers), flush=True)
     try:
         result = launch(config, progress=progress)
     except InterruptedBeforeResult as exc:

@@ -65,6 +65,7 @@ __all__ = [
     "load_pai_csv",
     "load_simple_csv",
     "write_simple_csv",
+    "describe_mapping",
     "load_worker_slowdown",
     "slowdown_sleep_s",
 ]
@@ -415,6 +416,27 @@ def load_trace(path: str | Path) -> Trace:
         f"or {list(PAI_COLUMNS)}",
         str(path),
     )
+
+
+def describe_mapping(trace: Trace, num_workers: int, trace_workers: WorkerList = None) -> str:
+    """One line saying which trace worker each run worker replays, with its median and largest factor, and which
+    replay nothing (run workers past the trace's, without `trace_workers`): a trace nobody has seen before is
+    replayed as the user meant only if they can see the mapping before the job's numbers come in."""
+    summary, parts, idle = trace.summary(), [], []
+    for run_worker in range(num_workers):
+        source = trace.trace_worker_for(run_worker, num_workers, trace_workers)
+        if source is None:
+            idle.append(run_worker)
+            continue
+        s = summary[source]
+        parts.append(f"{run_worker}<-{source} ({s['median_factor']:.2f}x median, {s['max_factor']:.2f}x max)")
+    if idle:
+        parts.append(f"{_span(idle)} nothing (the trace has {len(trace.workers)} workers)")
+    return "run worker <- trace worker: " + ", ".join(parts)
+
+
+def _span(workers: list[int]) -> str:
+    return f"worker {workers[0]} replays" if len(workers) == 1 else f"workers {workers[0]}-{workers[-1]} replay"
 
 
 def write_simple_csv(trace: Trace, path: str | Path) -> Path:

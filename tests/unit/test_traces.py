@@ -12,6 +12,7 @@ import pytest
 
 from star.trace_values import TraceError, parse_worker_list
 from star.traces import (
+    describe_mapping,
     Trace,
     TraceRow,
     WorkerSlowdown,
@@ -562,3 +563,15 @@ def test_slowdown_sleep_is_the_extra_time_above_compute(compute_s, factor, expec
 def test_slowdown_sleep_rejects_bad_inputs(compute_s, factor, field) -> None:
     with pytest.raises(TraceError, match=f"^{field}: "):
         slowdown_sleep_s(compute_s, factor)
+
+
+def test_describe_mapping_names_each_run_workers_source_and_its_factors():
+    trace = Trace.from_rows([(0, 0, 1.0), (0, 1, 2.0), (10, 1, 4.0), (0, 2, 1.5)])
+    line = describe_mapping(trace, 2, "2,1")
+    assert line == "run worker <- trace worker: 0<-2 (1.50x median, 1.50x max), 1<-1 (3.00x median, 4.00x max)"
+
+
+@pytest.mark.parametrize("workers, idle", [(4, "worker 3 replays nothing"), (6, "workers 3-5 replay nothing")])
+def test_describe_mapping_says_which_run_workers_past_the_trace_replay_nothing(workers, idle):
+    trace = Trace.from_rows([(it, w, 1.0) for w in range(3) for it in (0, 10)])
+    assert describe_mapping(trace, workers).endswith(f", {idle} (the trace has 3 workers)")
