@@ -219,8 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(flag, value, "must be >= 1")
         check_task("--task", args.task)
         if args.trace != "mid3x":
-            check_trace("--trace", args.trace)
-            check_trace_workers("--trace-workers", args.trace, args.trace_workers, args.workers)
+            check_trace_workers("--trace-workers", check_trace("--trace", args.trace), args.trace_workers, args.workers)
     except ConfigError as exc:
         print(f"strategies: {exc}", file=sys.stderr)
         return 2

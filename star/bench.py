@@ -410,8 +410,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         check_task("task", config.task)
         for path in config.traces:  # checked before any run starts
             if not path.startswith("synthetic"):
-                check_trace("traces", path)
-                check_trace_workers("trace_workers", path, config.trace_workers, config.workers)
+                check_trace_workers("trace_workers", check_trace("traces", path), config.trace_workers, config.workers)
         rows = run_bench(config)
     except ValueError as exc:
         print(f"star bench: {exc}", file=sys.stderr)

@@ -47,8 +47,8 @@ def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
     progress = None if args.quiet else (lambda line: print(line, flush=True))
     config = config_from_args(JobConfig, args, base)
     check_task("task", config.task)
-    check_trace("trace.path", config.trace.path)
-    check_trace_workers("trace.workers", config.trace.path, config.trace.workers, config.workers)
+    trace = check_trace("trace.path", config.trace.path)
+    check_trace_workers("trace.workers", trace, config.trace.workers, config.workers)
     check_device_available("device", config.device)
     return config, progress
 
@@ -182,8 +182,7 @@ def _run_sim(args: argparse.Namespace) -> int:
     from star.cli_checks import check_trace, check_trace_workers
 
     config = sim_config(merge(base, given_flags(args, SimConfig)))  # a calibration file goes under both
-    check_trace("trace.path", config.trace.path)
-    check_trace_workers("trace.workers", config.trace.path, config.trace.workers, config.workers)
+    check_trace_workers("trace.workers", check_trace("trace.path", config.trace.path), config.trace.workers, config.workers)
     result = run_and_write(config).result
     keys = ("mode", "workers", "reached", "tta_s", "final_metric", "iterations", "updates", "straggler_detections",
             "plan_switches", "amp_toggles", "sim_s", "wall_s")

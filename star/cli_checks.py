@@ -35,27 +35,26 @@ def check_task(field_name: str, spec: str) -> None:
         raise ConfigError(field_name, spec, describe_user_error(exc)) from None
 
 
-def check_trace(field_name: str, path: str | None) -> None:
-    """A trace file, when given, must exist and be a trace in one of the known formats."""
+def check_trace(field_name: str, path: str | None):
+    """A trace file, when given, must exist and be a trace in one of the known formats. Returns it (a
+    star.traces.Trace; None without a path), for the checks and lines that read it next."""
     if not path:
-        return
+        return None
     from star.traces import load_trace
 
     try:
-        load_trace(path)
+        return load_trace(path)
     except (TraceError, OSError, UnicodeDecodeError) as exc:
         raise ConfigError(field_name, path, describe_user_error(exc)) from None
 
 
-def check_trace_workers(field_name: str, path: str | None, trace_workers: str | None, num_workers: int) -> None:
-    """`trace_workers` must name one worker of the trace per run worker (without it, run workers past the trace's
-    replay nothing). Checked here because otherwise every worker daemon refuses it on its own, and the launcher
-    restarts each a few times before the job fails, ~20 s later."""
-    if not path or trace_workers is None:
+def check_trace_workers(field_name: str, trace, trace_workers: str | None, num_workers: int) -> None:
+    """`trace_workers` must name one worker of `trace` (check_trace's) per run worker (without it, run workers past
+    the trace's replay nothing). Checked here because otherwise every worker daemon refuses it on its own, and the
+    launcher restarts each a few times before the job fails, ~20 s later."""
+    if trace is None or trace_workers is None:
         return
-    from star.traces import load_trace
-
     try:
-        load_trace(path).for_run_workers(num_workers, trace_workers)
+        trace.for_run_workers(num_workers, trace_workers)
     except TraceError as exc:
         raise ConfigError(field_name, trace_workers, describe_user_error(exc)) from None
