@@ -6,14 +6,17 @@ subset each) are the ones the policies were tuned on, so a policy can look good 
 still lose elsewhere. This sweep replays, in the simulator (the same Controller as a real
 coordinator, calibrated on digits), traces with seeds and parameters those tables never use:
 
-- generated (star.sim.generators), per `--generator-seeds` seed 1..N: a wider static spread,
+- generated (star.sim.generators), per `--generator-seeds` seed 1..N: wider static spreads (0.8 and 1.5),
   transient stragglers at 2x and 5x (slow for iterations 25-75), and at 3x and 5x for iterations 10-30 ("early":
   back well before the target, ~40 updates, so the sweep also sees how a recovery is followed; the others recover
-  after it), rotation every 10 iterations at 3x and every 40 at 2x,
+  after it), at 4x from the start to iteration 12 (slow before any report), rotation every 10 and 20 iterations
+  at 3x and every 40 at 2x,
   heavier tails (alpha 2.5 and 1.5), contention on 2 hosts; and the held-out shapes (generators.HELD_OUT,
   written after the policies were tuned): a worker flapping 3x 2-on-2-off and 2x 3-on-3-off, ramps to 3x over 40
   iterations and to 2x over 60 (a slow drift), per-iteration jitter up to 1.4x on every worker, 3x bursts of 3 in every 10,
-  independent one-iteration spikes (5x on 5% of iterations, 3x on 10%);
+  independent one-iteration spikes (5x on 5% of iterations, 3x on 10%), a worker recovering in steps from 3x to
+  full speed over 30 iterations, and job-wide one-iteration pauses (every worker 3x in one iteration of 8: no
+  straggler, so acting only costs);
 - each `--traces` file (e.g. the Alibaba PAI jobs) on `--subsets` random worker subsets of
   `--workers` at stretches 0.025 and 0.1.
 
@@ -73,6 +76,9 @@ def generated_cases(seeds: int, workers: int) -> list[Case]:
         "transient 5x early": lambda s: g.transient(workers, 100, s, factor=5.0, start_frac=0.1, end_frac=0.3),
         "rotating 3x every 10": lambda s: g.rotating(workers, 100, s, factor=3.0, period=10),
         "rotating 2x every 40": lambda s: g.rotating(workers, 100, s, factor=2.0, period=40),
+        "rotating 3x every 20": lambda s: g.rotating(workers, 100, s, factor=3.0, period=20),
+        "transient 4x from the start": lambda s: g.transient(workers, 100, s, factor=4.0, start_frac=0.0, end_frac=0.12),
+        "static spread 1.5": lambda s: g.static(workers, 100, s, spread=1.5),
         "heavy_tail a2.5": lambda s: g.heavy_tail(workers, 100, s),
         "heavy_tail a1.5": lambda s: g.heavy_tail(workers, 100, s, alpha=1.5),
         "contention 2 hosts": lambda s: g.contention(workers, 100, s, hosts=2),
@@ -84,6 +90,8 @@ def generated_cases(seeds: int, workers: int) -> list[Case]:
         "bursts 3x 3 of 10": lambda s: g.bursts(workers, 100, s),
         "spikes 5x 5%": lambda s: g.spikes(workers, 100, s),
         "spikes 3x 10%": lambda s: g.spikes(workers, 100, s, factor=3.0, rate=0.1),
+        "recovering from 3x over 30": lambda s: g.recovering(workers, 100, s),
+        "pauses 3x every 8": lambda s: g.pauses(workers, 100, s),
     }
     return [Case(f"{name} s{seed}", lambda path, make=make, seed=seed: write_simple_csv(make(seed), path))
             for seed in range(1, seeds + 1) for name, make in shapes.items()]

@@ -15,7 +15,7 @@ from star.traces import Trace
 SCENARIOS = ("static", "transient", "rotating", "heavy_tail", "contention")
 # Shapes kept out of SCENARIOS (so out of `star bench`'s "synthetic" set), written to check auto on traces unlike the
 # ones its rules were tuned on: `star bench --traces synthetic:NAME` and `python -m benchmarks.unseen_traces` replay them.
-HELD_OUT = ("flapping", "ramp", "jitter", "bursts", "spikes")
+HELD_OUT = ("flapping", "ramp", "jitter", "bursts", "spikes", "recovering", "pauses")
 
 
 def _trace(rows: list[tuple[int, int, float]], workers: int, iterations: int, name: str) -> Trace:
@@ -47,7 +47,8 @@ def transient(workers: int, iterations: int, seed: int = 0, factor: float = 3.0,
     """One straggler, `factor`x slower for the middle of the run (worker drawn from the seed if None)."""
     w = _straggler(workers, seed, worker)
     start, end = int(iterations * start_frac), int(iterations * end_frac)
-    return _trace([(0, w, 1.0), (start, w, factor), (end, w, 1.0)], workers, iterations, "transient")
+    rows = [(0, w, 1.0)] if start > 0 else []  # slow from the start: its first row is the slow one
+    return _trace(rows + [(start, w, factor), (end, w, 1.0)], workers, iterations, "transient")
 
 
 def rotating(workers: int, iterations: int, seed: int = 0, factor: float = 3.0, period: int = 100,
@@ -147,6 +148,28 @@ def spikes(workers: int, iterations: int, seed: int = 0, factor: float = 5.0, ra
     return _trace([(it, w, f) for (it, w), f in rows.items()], workers, iterations, "spikes")
 
 
+def recovering(workers: int, iterations: int, seed: int = 0, factor: float = 3.0, over: int = 30, step: int = 3,
+               worker: int | None = None) -> Trace:
+    """One worker starts `factor`x slower and speeds up in steps to full speed over the first `over` iterations (a
+    step every `step`): a straggler that recovers gradually (a cold cache warming, a neighbour's job winding down),
+    the mirror of `ramp`, so a remedy must also be taken back without a jump to see."""
+    w = _straggler(workers, seed, worker)
+    rows = [(it, w, factor - (factor - 1.0) * min(it, over) / over) for it in range(0, min(over, iterations) + 1, step)]
+    return _trace([r for r in rows if r[0] < iterations], workers, iterations, "recovering")
+
+
+def pauses(workers: int, iterations: int, seed: int = 0, factor: float = 3.0, every: int = 8) -> Trace:
+    """Job-wide stalls: every worker `factor`x slower together for one iteration in every `every` (a checkpoint,
+    a shared file system), at a phase drawn from the seed. No straggler: SSGD pays them and no remedy can help,
+    so a strategy that acts here only adds its own cost."""
+    phase = int(np.random.default_rng(seed).integers(every))
+    rows = []
+    for it in range(phase, iterations, every):
+        rows += [(it, w, factor) for w in range(workers)]
+        rows += [(it + 1, w, 1.0) for w in range(workers) if it + 1 < iterations]
+    return _trace(rows, workers, iterations, "pauses")
+
+
 def merged_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Half-open [start, end) intervals joined where they overlap or touch, in order."""
     merged: list[tuple[int, int]] = []
@@ -162,7 +185,7 @@ def generate(scenario: str, workers: int, iterations: int, seed: int = 0) -> Tra
     """A named scenario with its default parameters."""
     makers = {"static": static, "transient": transient, "rotating": rotating, "heavy_tail": heavy_tail,
               "contention": contention, "flapping": flapping, "ramp": ramp, "jitter": jitter, "bursts": bursts,
-              "spikes": spikes}
+              "spikes": spikes, "recovering": recovering, "pauses": pauses}
     if scenario not in makers:
         raise ValueError(f"scenario={scenario!r} is not one of {', '.join(SCENARIOS + HELD_OUT)}")
     return makers[scenario](workers, iterations, seed)

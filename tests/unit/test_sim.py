@@ -136,7 +136,7 @@ def test_generators_are_deterministic_per_seed_and_have_the_requested_shape(scen
     assert a.rows() == generators.generate(scenario, 12, 500, seed=3).rows()
     assert a.workers == tuple(range(12)) and a.max_iteration == 500
     assert all(r.factor >= 1.0 for r in a.rows())
-    if scenario not in ("transient", "flapping", "ramp"):  # these draw only a worker, and another seed may draw the same
+    if scenario not in ("transient", "flapping", "ramp", "recovering"):  # these draw only a worker, and another seed may draw the same
         assert a.rows() != generators.generate(scenario, 12, 500, seed=4).rows()
 
 
@@ -182,6 +182,26 @@ def test_spikes_last_one_iteration_at_their_factor_and_hit_about_their_rate_of_i
     assert 0.03 < (values == 5.0).mean() < 0.07
     spans = [len(list(run)) for w in range(4) for slow, run in itertools.groupby(values[:, w] == 5.0) if slow]
     assert max(spans) <= 3 and np.mean(spans) < 1.2  # back-to-back spikes only by chance (rate 0.05 twice in a row)
+
+
+def test_a_transient_straggler_can_be_slow_from_the_first_iteration():
+    replay = generators.transient(4, 100, factor=4.0, start_frac=0.0, end_frac=0.12, worker=1).slowdown_for(1, 4)
+    assert [replay.factor_at(i) for i in (0, 11, 12, 99)] == [4.0, 4.0, 1.0, 1.0]
+
+
+def test_a_recovering_worker_speeds_up_in_steps_to_full_speed_and_stays_there():
+    replay = generators.recovering(4, 100, factor=3.0, over=30, step=3, worker=2).slowdown_for(2, 4)
+    values = [replay.factor_at(i) for i in range(100)]
+    assert values[0] == 3.0 and values[15] == pytest.approx(2.0) and values[30:] == [1.0] * 70
+    assert all(b <= a for a, b in zip(values, values[1:]))
+
+
+def test_pauses_slow_every_worker_together_for_one_iteration_in_every_period():
+    trace = generators.pauses(4, 64, seed=5, factor=3.0, every=8)
+    values = np.array([[trace.slowdown_for(w, 4).factor_at(i) for w in range(4)] for i in range(64)])
+    assert (values == values[:, :1]).all()  # all workers alike: nobody straggles
+    slow = np.flatnonzero(values[:, 0] == 3.0)
+    assert len(slow) == 8 and set(np.diff(slow)) == {8} and set(np.unique(values)) == {1.0, 3.0}
 
 
 def test_a_host_under_overlapping_contention_bursts_stays_slow_until_the_last_burst_ends():

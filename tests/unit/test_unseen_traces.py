@@ -39,7 +39,7 @@ def test_the_verdict_names_the_worst_case_and_counts_those_over_5_percent():
 
 def test_generated_cases_use_seeds_the_shipped_scenarios_do_not(tmp_path):
     cases = generated_cases(2, 4)
-    assert len(cases) == 36 and all(c.name.endswith((" s1", " s2")) for c in cases)
+    assert len(cases) == 46 and all(c.name.endswith((" s1", " s2")) for c in cases)
     cases[0].write(tmp_path / "t.csv")
     assert (tmp_path / "t.csv").read_text().startswith("iteration,worker,factor")
 
