@@ -80,7 +80,7 @@ def _fmt(value) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.async_momentum", description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="digits")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--ps", type=int, default=2)

@@ -27,7 +27,7 @@ JOB1 = "../shared/traces/alibaba-pai-2020/job_1_norm.csv"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.batch_churn", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--noise", default="0.05,0.15", help="compute-time noise CVs")
     parser.add_argument("--calibration", default="star/sim/calibrations/digits.toml")

@@ -64,7 +64,7 @@ def float_list(text: str) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.batch_noise", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--draws", type=positive_int, default=2000)
     parser.add_argument("--noise-cv", type=float, default=0.10)
     parser.add_argument("--slowdowns", type=float_list, default="1.0,1.1,1.2,1.3,1.5,2.0,3.0")

@@ -162,7 +162,7 @@ def summarise(args: argparse.Namespace, clean: dict, result: dict, log: list[dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.chaos", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="digits")
     p.add_argument("--kills", type=int, default=10, help="processes killed in all")
     p.add_argument("--every-s", type=float, default=8.0, help="seconds of training between kills")

@@ -49,7 +49,7 @@ def batch_sizes(text: str) -> list[int]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.compute_vs_batch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="gpt", help="a built-in task whose train data is tensors (gpt, digits, ...)")
     p.add_argument("--batches", type=batch_sizes, default="1,2,4,8,16", help="batch sizes, comma-separated")
     p.add_argument("--repeats", type=int, default=3, help="timed steps per batch size (median)")

@@ -225,7 +225,7 @@ def run(args: argparse.Namespace, numel: int) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.datapath", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bytes", default=None, help="payload per worker, e.g. 4MiB, 16MiB, 64MiB (default 16MiB)")
     p.add_argument("--mib", type=float, default=None, help="payload in MiB (the older spelling of --bytes)")
     p.add_argument("--workers", type=int, default=1, help="workers pushing and pulling at once (default 1)")

@@ -130,7 +130,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.ddp_vs_star", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="gpt", help="built-in task (gpt, resnet, digits, ...)")
     p.add_argument("--preset", default=None, help="size preset of the task, e.g. 1m, 10m, 50m, 120m for gpt")
     p.add_argument("--workers", type=int, default=4, help="workers (STAR) = ranks (DDP)")

@@ -268,7 +268,7 @@ def _cell(value: object, width: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration-s", type=float, default=60.0,
                         help="seconds of measured load after the warm-up (latencies, errors, RSS samples)")
     parser.add_argument("--warmup-s", type=float, default=5.0, help="seconds of load before the measured window")

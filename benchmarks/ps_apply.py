@@ -97,7 +97,7 @@ def measure(numel: int, gradients: int, optimizer: str, repeats: int) -> dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.ps_apply", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--numel", default="24.9M", help="shard elements (gpt-50m over 2 PSs: 24.9M; gpt-120m: 60M)")
     p.add_argument("--gradients", type=int, default=4, help="gradients in the round (workers)")
     p.add_argument("--optimizer", choices=("adam", "adamw"), default="adamw")

@@ -51,7 +51,7 @@ def decision_s(workers: int, strategy: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sim_scale", description=__doc__.splitlines()[0])
     parser.add_argument("--max-s", type=float, default=60.0, help="skip combinations predicted to take longer")
     parser.add_argument("--workers", default="10,100,1000,10000")
     parser.add_argument("--iterations", default="1000,10000")

@@ -29,7 +29,7 @@ def run(mode: str, share: float, report: bool, seed: int) -> tuple[float, int | 
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.sim_step_cost", description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--shares", default="0,0.3,0.6,0.8")
     args = p.parse_args()

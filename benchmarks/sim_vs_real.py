@@ -197,7 +197,7 @@ def report(compared: list[dict[str, Any]], agree: list[dict[str, Any]], cases: l
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sim_vs_real", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", nargs="+", action="append", required=True, metavar="WORD",
                         help="NAME SUMMARY TRACE [trace_workers=A,B,..] [stretch=F]")
     parser.add_argument("--calibration", default=None, help="simulator calibration TOML (default: shipped for --task)")

@@ -96,7 +96,7 @@ def _fmt(value: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.slow_link", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=4, help="hosts, one worker each")
     parser.add_argument("--ps", type=int, default=2)
     parser.add_argument("--ps-hosts", default="0,2", help="the hosts that run the PS shards (not the capped one)")

@@ -182,12 +182,12 @@ def read_runs(path: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.strategies", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="digits")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--ps", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--trace", default="mid3x", help="a trace file, or 'mid3x': worker 3 is 3x slower for the middle half")
+    parser.add_argument("--trace", default="mid3x", help="a trace file, or 'mid3x': the last worker is 3x slower from --mid-start to --mid-end")
     parser.add_argument("--trace-workers", default=None)
     parser.add_argument("--trace-stretch", type=float, default=1.0)
     # digits' clean SSGD reaches its target in ~40 updates (inputs standardised; ~80 before): the middle half
@@ -202,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="run nothing: summarise OUT/runs.csv again (summary.csv and summary.md) with this code's columns")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    if not 0 < args.level < 1:
+        print(f"strategies: {ConfigError('--level', args.level, 'must be in (0, 1), e.g. 0.9')}", file=sys.stderr)
+        return 2
     if args.summarise_only:
         if not (out / "runs.csv").is_file():
             print(f"strategies: --summarise-only needs {out / 'runs.csv'} (a folder an earlier run wrote); not found",
@@ -218,7 +221,12 @@ def main(argv: list[str] | None = None) -> int:
             if value < 1:
                 raise ConfigError(flag, value, "must be >= 1")
         check_task("--task", args.task)
-        if args.trace != "mid3x":
+        if args.trace == "mid3x":
+            if args.mid_start < 0:
+                raise ConfigError("--mid-start", args.mid_start, "must be >= 0")
+            if args.mid_end <= args.mid_start:
+                raise ConfigError("--mid-end", args.mid_end, f"must be > --mid-start ({args.mid_start})")
+        else:
             check_trace_workers("--trace-workers", check_trace("--trace", args.trace), args.trace_workers, args.workers)
     except ConfigError as exc:
         print(f"strategies: {exc}", file=sys.stderr)

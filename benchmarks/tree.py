@@ -106,7 +106,7 @@ def _fanouts(text: str, allow_none: bool = False) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tree", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--fanouts", type=lambda text: _fanouts(text, allow_none=True), default=[0, 2, 4],
                         help="comma-separated tree fanouts; 0 = no trees")

@@ -170,7 +170,7 @@ def write_tables(rows: list[dict[str, object]], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.unseen_traces", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--generator-seeds", type=int, default=3, help="generated scenarios at seeds 1..N (0: none)")
     parser.add_argument("--seeds", type=int, default=3, help="run seeds per strategy (medians)")
     parser.add_argument("--workers", type=int, default=4)

@@ -81,7 +81,7 @@ def paired_cut_rows(plain: dict[int, list[int | None]], cut: dict[int, list[int 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.updates_cv", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="digits")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--seeds", type=int, default=8, help="seeds S..S+N-1 (S: --first-seed)")

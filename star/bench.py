@@ -67,6 +67,22 @@ class BenchConfig:
     max_time_s: float | None = None  # per-run limit (None: 150 s real, 3000 s simulated)
     real: str | None = None  # --sim: a real run's summary.csv to compare the simulated TTAs with (sim_vs_real.md)
 
+    def __post_init__(self) -> None:
+        """Every value a run would refuse is refused here, before the first run (real runs take minutes each)."""
+        from star.config import ConfigError, check_worker_count
+
+        check_worker_count(self.workers)
+        for strategy in self.strategies:
+            strategy_settings(strategy)
+        if not self.ps >= 1:
+            raise ConfigError("ps", self.ps, "must be >= 1")
+        if not (math.isfinite(self.trace_stretch) and self.trace_stretch > 0):
+            raise ConfigError("trace_stretch", self.trace_stretch, "must be finite and > 0")
+        if not self.synthetic_iterations >= 1:
+            raise ConfigError("synthetic_iterations", self.synthetic_iterations, "must be >= 1")
+        if self.max_time_s is not None and not (math.isfinite(self.max_time_s) and self.max_time_s > 0):
+            raise ConfigError("max_time_s", self.max_time_s, "must be finite and > 0")
+
 
 def strategy_settings(strategy: str) -> tuple[str, dict[str, Any]]:
     """The `--mode` and control fields a bench strategy name stands for."""
@@ -78,7 +94,9 @@ def strategy_settings(strategy: str) -> tuple[str, dict[str, Any]]:
 
     if strategy in MODES:
         return strategy, {}
-    raise ValueError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)} (or another --mode)")
+    others = [m for m in MODES if m not in STRATEGIES]
+    raise ValueError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES + tuple(others))}"
+                     + (" (the DDP baseline runs in `python -m benchmarks.strategies`, not here)" if strategy == "ddp" else ""))
 
 
 def mitigation(t_clean: float | None, t_straggled: float | None, t: float | None) -> float | None:

@@ -35,7 +35,7 @@ def _job_parser(sub, name: str, help_text: str, handler) -> None:
 def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
     """The job a `star launch` / `star node` command line describes, and its progress printer."""
     from star.cli_args import given_flags
-    from star.cli_checks import check_task, check_trace, check_trace_workers
+    from star.cli_checks import check_out_dir, check_task, check_trace, check_trace_workers
     from star.config import merge
     from star.ddp_rules import ddp_refusal
     from star.devices import check_device_available
@@ -50,6 +50,7 @@ def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
     trace = check_trace("trace.path", config.trace.path)
     check_trace_workers("trace.workers", trace, config.trace.workers, config.workers)
     check_device_available("device", config.device)
+    check_out_dir("out", config.out)
     return config, progress
 
 
@@ -58,7 +59,8 @@ def _run_launch(args: argparse.Namespace) -> int:
     from star.processes import InterruptedBeforeResult, LaunchError
 
     config, progress = _job_config(args)
-    print(f"star launch: task={config.task} workers={config.workers} ps={config.ps} mode={config.plan.mode} out={config.out}", flush=True)
+    ps = "0 (DDP: all-reduce among the workers)" if config.plan.mode == DDP_MODE else config.ps
+    print(f"star launch: task={config.task} workers={config.workers} ps={ps} mode={config.plan.mode} out={config.out}", flush=True)
     if config.trace.path and not args.quiet:
         from star.traces import describe_mapping, load_trace
 

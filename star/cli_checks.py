@@ -58,3 +58,13 @@ def check_trace_workers(field_name: str, trace, trace_workers: str | None, num_w
         trace.for_run_workers(num_workers, trace_workers)
     except TraceError as exc:
         raise ConfigError(field_name, trace_workers, describe_user_error(exc)) from None
+
+
+def check_out_dir(field_name: str, path: str) -> None:
+    """The output directory must exist or be creatable (created here): found now, not as a child's traceback."""
+    from pathlib import Path
+
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(field_name, path, f"cannot be created: {exc.strerror or exc}") from None

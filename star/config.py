@@ -20,6 +20,7 @@ from star.ddp_rules import DDP_MODE, ddp_refusal
 from star.devices import DEVICE_KINDS
 from star.errors import ConfigError
 from star.flat import WIRE_ELEMENT_BYTES
+from star.limits import MAX_BATCH_SIZE, MAX_WORKER_IDS
 from star.placement import PlacementConfig
 from star.plan import PlanError, SyncPlan, parse_groups, plan_for_mode
 from star.policy.controller import STRATEGIES, ControlConfig, initial_mode
@@ -112,6 +113,11 @@ class PlanConfig:
         _require(self.staleness >= 0, "plan.staleness", self.staleness, "must be >= 0")
         _require(self.late_policy in ("apply", "drop"), "plan.late_policy", self.late_policy, "apply | drop")
         _require(self.tree_fanout is None or self.tree_fanout >= 2, "plan.tree_fanout", self.tree_fanout, "must be >= 2")
+        # Each shape option belongs to the one fixed mode that reads it (`build`); elsewhere it would be ignored.
+        for name, value, default, owner in (("k", self.k, None, "kofn"), ("groups", self.groups, None, "grouped"),
+                                            ("staleness", self.staleness, 2, "ssp")):
+            _require(value == default or self.mode in (owner, DDP_MODE), f"plan.{name}", value,
+                     f"only --mode {owner} uses it (this job's mode is {self.mode!r})")
         if self.groups is not None:
             try:
                 parse_groups(self.groups)
@@ -151,7 +157,11 @@ class TraceConfig:
     def __post_init__(self) -> None:
         _require(self.stretch > 0 and math.isfinite(self.stretch), "trace.stretch", self.stretch, "must be > 0")
         if self.path is not None:
+            _require(not Path(self.path).is_dir(), "trace.path", self.path, "is a directory, not a trace file")
             _require(Path(self.path).is_file(), "trace.path", self.path, "no such file")
+        else:  # a mapping or stretch with nothing to replay is a forgotten --trace, not a wish
+            _require(self.workers is None, "trace.workers", self.workers, "needs trace.path (--trace FILE)")
+            _require(self.stretch == 1.0, "trace.stretch", self.stretch, "needs trace.path (--trace FILE)")
 
 
 @dataclass(frozen=True)
@@ -260,9 +270,13 @@ class RunSettings:
 
     def __post_init__(self) -> None:
         check_worker_count(self.workers)
-        _require(self.max_workers == 0 or self.max_workers >= self.workers, "max_workers", self.max_workers,
-                 f"must be 0 (not elastic) or >= workers ({self.workers})")
-        _require(self.batch_size is None or self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        # A PS accepts worker ids below MAX_WORKER_IDS: more would fail only once the coordinator sets its first plan.
+        _require(self.workers <= MAX_WORKER_IDS, "workers", self.workers, f"must be <= {MAX_WORKER_IDS}")
+        _require(self.max_workers == 0 or self.workers <= self.max_workers <= MAX_WORKER_IDS, "max_workers",
+                 self.max_workers, f"must be 0 (not elastic) or in workers..{MAX_WORKER_IDS} (workers={self.workers})")
+        _require(self.batch_size is None or 1 <= self.batch_size <= MAX_BATCH_SIZE, "batch_size", self.batch_size,
+                 f"must be in 1..{MAX_BATCH_SIZE}")
+        _require(self.target is None or math.isfinite(self.target), "target", self.target, "must be a finite number")
         _require(self.max_time_s > 0, "max_time_s", self.max_time_s, "must be > 0")
         _require(self.eval_period_s > 0, "eval_period_s", self.eval_period_s, "must be > 0")
         _require(self.device in DEVICE_KINDS, "device", self.device, f"one of {', '.join(DEVICE_KINDS)}")

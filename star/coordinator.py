@@ -426,7 +426,7 @@ class Coordinator:
         with service.lock:
             if service.state == "starting":
                 service.state = "running"
-                self.events.emit("training_started", reason="first update applied")
+                self.events.emit("training_started", reason="first update applied", since_first_update_s=round(point.time_s, 4))
             service.latest = point
             smoothing = self.config.evaluation.smoothing
             if service.tta_s is None and reached(curve.points, self.target, self.task.higher_is_better, smoothing):

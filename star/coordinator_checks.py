@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 
 from star.rpc import star_pb2 as pb
-from star.rpc.common import MAX_BATCH_SIZE, MAX_LABEL_CHARS
+from star.limits import MAX_BATCH_SIZE
+from star.rpc.common import MAX_LABEL_CHARS
 
 ABSURD_S = 3600.0  # a per-iteration time above an hour is a bug or a hostile report
 MAX_SLOWDOWN = 1e6  # a replayed trace factor beyond this is not a slowdown but a hostile report

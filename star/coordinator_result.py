@@ -35,7 +35,7 @@ def result_dict(coordinator, points: list[EvalPoint], stats: list) -> dict:
                 "applied": s.applied,
                 "dropped": s.dropped,
                 "pending": s.pending,
-                "counters": dict(s.counters),
+                "counters": dict(sorted(s.counters.items())),
                 "staleness": {str(k): v for k, v in sorted(s.staleness.items())},
                 "pushes_received": s.pushes_received,
                 "push_bytes_received": s.push_bytes_received,

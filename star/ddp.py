@@ -26,6 +26,7 @@ from star.config import JobConfig, to_toml
 from star.processes import JOB_FILE, PARENT_PID_ENV, LaunchError, finish_result, signals_stop_the_job
 
 RANK_GRACE_S = 10.0
+REPEAT_STATUS_S = 10.0  # an unchanged progress line is printed again this often, so a slow start still shows life
 
 
 def free_port(host: str) -> int:
@@ -68,7 +69,8 @@ def launch_ddp(config: JobConfig, progress: Callable[[str], None] | None = None,
                     command = [sys.executable, "-m", "star.ddp_rank", "--config", str(config_path),
                                *(["--amp"] if amp else [])]
                     ranks.append((rank, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                                         stdin=subprocess.DEVNULL, env=env), log_path))
+                                                         stdin=subprocess.DEVNULL, env=env,
+                                                         start_new_session=True), log_path))  # as ProcessGroup's
             _wait(ranks, out, progress, config.max_time_s + 300.0)
         except KeyboardInterrupt:
             interrupted = True
@@ -82,8 +84,9 @@ def _wait(ranks: list[tuple[int, subprocess.Popen, Path]], out: Path, progress, 
     Except once rank 0 has written this job's result.json (stale ones are removed at start): the job's outcome is
     complete, and a rank that then dies in the process group's teardown (gloo, rarely: "terminate called without an
     active exception", exit -6, seen in CI even after the ranks' closing barrier) is reported, not made a failure."""
-    deadline = time.monotonic() + timeout_s
-    last_print = 0.0
+    started = time.monotonic()
+    deadline = started + timeout_s
+    last_print, last_line = 0.0, ""
     while True:
         codes = [process.poll() for _, process, _ in ranks]
         for (rank, _, log_path), code in zip(ranks, codes):
@@ -99,8 +102,10 @@ def _wait(ranks: list[tuple[int, subprocess.Popen, Path]], out: Path, progress, 
         if time.monotonic() > deadline:
             raise LaunchError(f"ddp ranks still running {timeout_s:.0f} s after start; see {out / 'logs'}")
         if progress and time.monotonic() - last_print >= 1.0:
-            progress(_status_line(out))
-            last_print = time.monotonic()
+            line = _status_line(out)
+            if line != last_line or time.monotonic() - last_print >= REPEAT_STATUS_S:  # news, or a sign of life
+                progress(line if line != last_line else f"{line} (still running, {time.monotonic() - started:.0f} s)")
+                last_print, last_line = time.monotonic(), line
         time.sleep(0.2)
 
 
@@ -112,7 +117,7 @@ def _status_line(out: Path) -> str:
     except OSError:
         rows = []
     if not rows:
-        return "ddp: starting"
+        return "ddp: starting (ranks meet at the rendezvous, build the task, then train; the first evaluation follows)"
     last = rows[-1]
     return f"[{float(last['time_s']):6.1f}s] ddp      iter={last['version']:<5} metric={float(last['metric']):.4f}"
 

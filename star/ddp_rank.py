@@ -65,6 +65,7 @@ class Evaluations:
         self.snapshot: tuple[float, int, list[torch.Tensor]] | None = None
         self.next_version = 0  # the grid: the first version worth a snapshot
         self.tta_s: float | None = None
+        self.updates_to_target: int | None = None  # the step whose evaluation reached the target
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="evaluator", daemon=True)
 
@@ -95,7 +96,7 @@ class Evaluations:
         self.curve.add(point)
         self.events.emit("evaluation", time_s=round(time_s, 4), version=version, metric=metric)
         if self.tta_s is None and reached(self.curve.points, self.target, self.task.higher_is_better, self.rule.smoothing):
-            self.tta_s = time_s
+            self.tta_s, self.updates_to_target = time_s, version
             self.events.emit("target_reached", tta_s=round(time_s, 4), metric=metric, version=version,
                              smoothed_over=self.rule.smoothing)
         return True
@@ -230,7 +231,7 @@ def _train(config: JobConfig, rank: int, world: int, device: torch.device, amp: 
         if rank == 0:
             evaluations.offer(now - first_step_end, iteration, model)
             done = evaluations.tta_s is not None and config.stop_at_target
-            reason = "target" if done else reason
+            reason = "target_reached" if done else reason  # a STAR coordinator's names for why a job ended
             decision.fill_(1.0 if done or now - started >= config.max_time_s else 0.0)
         else:
             decision.zero_()
@@ -253,14 +254,18 @@ def write_result(config: JobConfig, task: Task, target: float, evaluations: Eval
         "task": config.task, "mode": DDP_MODE, "workers": config.workers, "ps": 0,
         "metric": task.metric_name, "target": target,
         "reached": evaluations.tta_s is not None, "tta_s": evaluations.tta_s,
+        "updates_to_target": evaluations.updates_to_target,  # TTA = updates_to_target x s_per_update, as for STAR
+        "s_per_update": (evaluations.tta_s / evaluations.updates_to_target
+                         if evaluations.tta_s and evaluations.updates_to_target else None),
         "final_metric": points[-1].metric if points else None,
         "best_metric": (max if task.higher_is_better else min)(p.metric for p in points) if points else None,
         "iterations": iterations, "updates": iterations,
         "train_s": points[-1].time_s if points else 0.0, "reason": reason, "evaluations": len(points),
         "s_per_iter_median": round(statistics.median(step_s), 5) if step_s else None,
         "ps_stats": [], "reports_ignored": {},
+        "transport": f"ddp-{dist.get_backend()}" if dist.is_initialized() else "ddp", "wire": "float32",
         "compute_s_median": None, "comm_s_median": None, "compute_to_comm": None,
-        "straggler_detections": 0, "plan_switches": 0, "amp_toggles": 0, "final_plan": DDP_MODE,
+        "straggler_detections": 0, "plan_switches": 0, "amp_toggles": 0, "batch_resizes": 0, "final_plan": DDP_MODE,
         "faults": {"workers_lost": 0, "workers_restarted": 0, "workers_rejoined": 0, "ps_restored": 0, "updates_lost": 0},
     }
     out = Path(config.out)

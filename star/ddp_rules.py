@@ -10,7 +10,7 @@ from typing import Any
 
 DDP_MODE = "ddp"
 
-# Dotted JobConfig fields that only mean something with parameter servers.
+# Dotted JobConfig fields that only mean something with parameter servers (and the coordinator beside them).
 PS_ONLY_FIELDS = (
     "ps",
     "plan.k",
@@ -22,6 +22,9 @@ PS_ONLY_FIELDS = (
     "nonfinite",
     "transport",
     "wire",
+    "max_workers",  # elastic admission is the coordinator's
+    "metrics_port",  # the coordinator's and PSs' Prometheus endpoints
+    "control",  # every live decision (detection, AMP, batch sizes, the selector) is the coordinator's
 )
 
 
@@ -35,6 +38,9 @@ def ps_only_options(asked: dict[str, Any]) -> list[tuple[str, Any]]:
             if node is _MISSING:
                 break
         else:
+            while isinstance(node, dict) and node:  # a whole section: name its first option
+                key = next(iter(node))
+                dotted, node = f"{dotted}.{key}", node[key]
             if node is not None:
                 found.append((dotted, node))
     return found
@@ -49,7 +55,8 @@ def ddp_refusal(asked: dict[str, Any]) -> tuple[str, Any, str] | None:
     if not found:
         return None
     dotted, value = found[0]
-    return dotted, value, "a DDP run (plan.mode='ddp') has no parameter servers, so it cannot honour this option"
+    return dotted, value, ("a DDP run (plan.mode='ddp') has no parameter servers and no coordinator, so it cannot "
+                           "honour this option")
 
 
 _MISSING = object()

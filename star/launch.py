@@ -114,7 +114,7 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
             agent.start(coordinator_address)
             start_workers(group, job_file, range(config.workers), coordinator_address, config.host)
             _monitor(group, coordinator_address, progress, credentials, config.faults.max_restarts, stop=stop_requested,
-                     outages=outages)
+                     outages=outages, workers=config.workers)
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -240,7 +240,7 @@ class CoordinatorOutages:
 def _monitor(
     group: ProcessGroup, coordinator_address: str, progress: Callable[[str], None] | None, credentials: Credentials,
     max_restarts: int = 0, fail_without_workers: bool = True, stop: threading.Event | None = None,
-    outages: CoordinatorOutages | None = None,
+    outages: CoordinatorOutages | None = None, workers: int | None = None,
 ) -> None:
     """Poll the coordinator until the job is finished; restart a crashed worker or PS while the
     restart budget lasts. A worker past its budget is left out (the coordinator drops it from the
@@ -284,7 +284,7 @@ def _monitor(
                 raise LaunchError(f"coordinator stopped answering: {exc.code()}") from None
             outages.answered(time.monotonic())
             if progress and (time.monotonic() - last_print >= 1.0 or status.state == "finished"):
-                progress(format_status(status))
+                progress(format_status(status, workers))
                 last_print = time.monotonic()
             if status.state == "finished":
                 return
@@ -293,11 +293,17 @@ def _monitor(
         channel.close()
 
 
-def format_status(status: pb.JobStatusReply) -> str:
+def format_status(status: pb.JobStatusReply, workers: int | None = None) -> str:
+    """One progress line. `iter` is the furthest worker's iteration and `it/s` the iterations of all workers
+    together per second; before the first update, what the job is waiting for instead (`workers`: how many)."""
+    if status.state == "starting" and status.version == 0:
+        expected = f"/{workers}" if workers else ""
+        return (f"[{status.elapsed_s:6.1f}s] starting: {status.workers_reporting}{expected} workers reporting "
+                f"(each loads the task and times a step before its first push)")
     metric = f"{status.metric_name}={status.metric:.4f}" if status.has_metric else f"{status.metric_name}=—"
     reached = f" reached in {status.tta_s:.1f}s" if status.reached else ""
     return (
         f"[{status.elapsed_s:6.1f}s] {status.state:<8} mode={status.mode:<7} iter={status.max_iteration:<5} "
-        f"{status.iterations_per_s:6.1f} it/s  version={status.version:<5} {metric}{reached}"
+        f"{status.iterations_per_s:6.1f} it/s (all workers)  version={status.version:<5} {metric}{reached}"
         + (f"  transport={status.transport}/{status.wire}" if status.transport else "")
     )

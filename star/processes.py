@@ -134,7 +134,13 @@ class Child:
 
 
 class ProcessGroup:
-    """The job's children; stopped in reverse start order (workers, coordinator, PSs)."""
+    """The job's children; stopped in reverse start order (workers, coordinator, PSs).
+
+    Each child runs in a session of its own, out of the launcher's process group: a terminal's Ctrl-C, or a
+    SIGTERM sent to the whole group (`timeout`, `kill -- -PGID`), reaches the launcher alone, which then stops
+    the children in that order. Had the PSs received it too, they would have shut down before the coordinator
+    read their accounting for result.json. A launcher that dies outright still takes its children with it
+    (`die_with_parent`)."""
 
     def __init__(self, log_dir: Path, env: dict[str, str] | None = None):
         """`env` is added to every child's environment: how secrets (the job token) reach children, never argv."""
@@ -159,6 +165,7 @@ class ProcessGroup:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
+            start_new_session=True,  # see below
         )
         handle.close()
         child = Child(name, process, log_path)

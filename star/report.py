@@ -99,8 +99,12 @@ def intervals(events: list[dict], on: str, off: str, end_t: float, key=None) -> 
 def _time_offset(run: Run) -> float:
     """Events and iterations are stamped from the coordinator's start; the curve from the first update.
     The `training_started` event puts the curve on the same axis."""
-    started = next((e["t"] for e in run.events if e.get("kind") == "training_started"), 0.0)
-    return started - run.curve[0][0] if run.curve else started
+    event = next((e for e in run.events if e.get("kind") == "training_started"), None)
+    if event is None:  # no such event (a DDP run): the first evaluation at the events' origin
+        return -run.curve[0][0] if run.curve else 0.0
+    if "since_first_update_s" in event:  # the curve time of the evaluation that emitted it
+        return event["t"] - event["since_first_update_s"]
+    return event["t"] - run.curve[0][0] if run.curve else event["t"]  # logs written before 6 Dec
 
 
 def plot_run(run: Run, png: Path) -> None:

@@ -133,7 +133,7 @@ def _run(config: JobConfig, identity: NodeIdentity, store: Store, advertise: str
     try:
         # A node whose own workers all died still serves its PS shards: only the coordinator's node decides the end.
         _monitor(group, coordinator, say if rank == 0 else None, credentials, config.faults.max_restarts,
-                 fail_without_workers=False)
+                 fail_without_workers=False, workers=config.workers)
     finally:
         agent.stop()
         store.set(f"done/{rank}", "1")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from star.config import ConfigError, OptimizerConfig, SecurityConfig
+from star.limits import MAX_WORKER_IDS
 from star.rpc.common import MAX_EPOCH, MAX_LABEL_CHARS
 
 
@@ -21,7 +22,7 @@ class PSConfig:
     optimizer: OptimizerConfig = OptimizerConfig(name="sgd", lr=0.1, momentum=0.9)
     nonfinite: str = "reject"  # NaN/Inf gradients: reject (INVALID_ARGUMENT) | skip (counted, dropped)
     threads: int = 1  # torch intra-op threads
-    max_workers: int = 65536  # worker ids this PS accepts: 0..max_workers-1 (bounds per-worker state)
+    max_workers: int = MAX_WORKER_IDS  # worker ids this PS accepts: 0..max_workers-1 (bounds per-worker state)
     max_model_bytes: int = 16 * 1024**3  # largest flat model (float32, all shards) a Register/Init may declare
     stream_idle_timeout_s: float = 30.0  # a Push/Init stream silent this long is refused (frees its buffer)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # job token file and TLS

@@ -33,7 +33,8 @@ from star.plan import PlanError, SyncPlan, tree_layout
 from star.policy.noise import NoiseAccumulator
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import MAX_BATCH_SIZE, MOVED_TO_KEY, plan_from_proto, plan_to_proto
+from star.limits import MAX_BATCH_SIZE
+from star.rpc.common import MOVED_TO_KEY, plan_from_proto, plan_to_proto
 from star.waits import WaitLedger
 
 logger = logging.getLogger("ps")

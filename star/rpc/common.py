@@ -33,7 +33,6 @@ CONTROL_CHANNEL_OPTIONS = [
 # Trailing metadata of an UNAVAILABLE answer from a PS whose shard moved: the address to use instead.
 MOVED_TO_KEY = "star-moved-to"
 # Bounds on request fields that no honest peer comes near; beyond them a value is refused, naming the field.
-MAX_BATCH_SIZE = 1 << 24  # samples in one worker's batch
 MAX_EPOCH = 1 << 62  # plan epochs count switches; a huge one would leave no newer epoch to switch to
 MAX_LABEL_CHARS = 256  # plan labels, host names and other free text
 # Senders cut payloads into SEND_CHUNK_BYTES chunks; a receiver accepts chunks down to a quarter of that

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 from typing import Callable, TypeVar
 
 import grpc
@@ -10,16 +10,22 @@ import grpc
 T = TypeVar("T")
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+MAX_DELAY_S = 5.0
 
 
-def with_retries(call: Callable[[], T], *, attempts: int, base_delay_s: float, on_retry: Callable[[int, Exception], None]) -> T:
-    """Retry `call` on UNAVAILABLE/DEADLINE_EXCEEDED with exponential backoff, then re-raise."""
+def with_retries(call: Callable[[], T], *, attempts: int, base_delay_s: float, on_retry: Callable[[int, Exception], None],
+                 stop: threading.Event | None = None) -> T:
+    """Retry `call` on UNAVAILABLE/DEADLINE_EXCEEDED with exponential backoff, then re-raise. A set `stop` (the
+    process was asked to end) ends the backoff at once and re-raises the last failure: a process told to stop
+    must not spend its grace period retrying a PS that is shutting down too."""
+    stop = stop or threading.Event()
     for attempt in range(1, attempts + 1):
         try:
             return call()
         except grpc.RpcError as exc:
-            if exc.code() not in RETRYABLE or attempt == attempts:
+            if exc.code() not in RETRYABLE or attempt == attempts or stop.is_set():
                 raise
             on_retry(attempt, exc)
-            time.sleep(min(base_delay_s * 2 ** (attempt - 1), 5.0))
+            if stop.wait(min(base_delay_s * 2 ** (attempt - 1), MAX_DELAY_S)):
+                raise
     raise AssertionError("unreachable")

@@ -36,7 +36,8 @@ import torch
 from star.flat import ChunkAssembler, FlatError, tensor_chunks
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import CHANNEL_OPTIONS, MAX_BATCH_SIZE, address, max_stream_chunks
+from star.limits import MAX_BATCH_SIZE
+from star.rpc.common import CHANNEL_OPTIONS, address, max_stream_chunks
 from star.rpc.security import Credentials
 
 Key = tuple[int, tuple[int, ...]]  # (plan epoch, per-shard versions) a gradient was computed on

@@ -41,6 +41,10 @@ class WorkerExit(Exception):
     """The worker cannot go on (e.g. its PS stayed unreachable); exits non-zero."""
 
 
+class WorkerStopped(Exception):
+    """Asked to stop (SIGTERM, SIGINT) while a PS call was being retried: the job is ending, so exit cleanly."""
+
+
 REPLY_WAIT_S = 0.15  # how long a worker waits, before computing, for the reply to its last report
 
 
@@ -109,7 +113,13 @@ class Worker:
             self.fixed_samples = self._measure_step_cost()
             log(logger, logging.INFO, "step cost", worker=c.worker_id, batch=self.batch_size, fixed_samples=round(self.fixed_samples, 2))
         link = self.link = CoordinatorLink(c.coordinator, c.worker_id, credentials=credentials) if c.coordinator else None
-        addresses = list(c.ps_addresses) or (link.join(self.batch_size, self.amp.enabled, self.stop) if link else [])
+        try:
+            addresses = list(c.ps_addresses) or (link.join(self.batch_size, self.amp.enabled, self.stop) if link else [])
+        except grpc.RpcError as exc:
+            raise WorkerExit(f"coordinator {c.coordinator} did not take this worker's join: {exc.code()} "
+                             f"{exc.details()}") from None
+        if not addresses and self.stop.is_set():
+            raise WorkerStopped("stopped before joining")
         if not addresses:
             raise WorkerExit("no parameter servers: give ps_addresses or a coordinator")
         if c.relay_host:
@@ -247,11 +257,14 @@ class Worker:
 
         try:
             return with_retries(
-                call, attempts=self.config.ps_retry_attempts, base_delay_s=self.config.ps_retry_base_s, on_retry=on_retry
+                call, attempts=self.config.ps_retry_attempts, base_delay_s=self.config.ps_retry_base_s, on_retry=on_retry,
+                stop=self.stop,
             )
         except grpc.RpcError as exc:
             if exc.code() not in RETRYABLE:
                 raise  # a refusal, not an outage: the caller decides
+            if self.stop.is_set():
+                raise WorkerStopped(f"{what}: stopped while retrying ({exc.code()})") from None
             raise WorkerExit(f"{what} failed after {self.config.ps_retry_attempts} tries: {exc.code()} {exc.details()}") from None
 
     def _connect(self, ps: PSClient) -> None:
@@ -293,7 +306,7 @@ class Worker:
                 if failures >= self.config.ps_retry_attempts:
                     raise WorkerExit(f"pull failed after {failures} tries: {exc.code()} {exc.details()}") from None
                 log(logger, logging.WARNING, "pull: parameter server unreachable, retrying", attempt=failures)
-                time.sleep(min(self.config.ps_retry_base_s * 2 ** (failures - 1), 5.0))
+                self.stop.wait(min(self.config.ps_retry_base_s * 2 ** (failures - 1), 5.0))  # a stop ends the wait
         return False
 
     def _refuse_held_children(self) -> None:
@@ -395,6 +408,9 @@ def run_worker(config: WorkerConfig) -> int:
         signal.signal(sig, lambda *_: worker.stop.set())
     try:
         return worker.run()
+    except WorkerStopped as exc:
+        log(logger, logging.INFO, f"stopped: {exc}", worker=config.worker_id)
+        return 0
     except WorkerExit as exc:
         log(logger, logging.ERROR, f"exiting: {exc}", worker=config.worker_id, host=socket.gethostname(), pid=os.getpid())
         return 3

@@ -47,8 +47,8 @@ from star.flat import MAX_CHUNK_BYTES, WIRE_ELEMENT_BYTES
 from star.plan import LatePolicy, SyncPlan, asgd
 from star.processes import ProcessGroup, _wait_ready
 from star.rpc import star_pb2 as pb
+from star.limits import MAX_BATCH_SIZE
 from star.rpc.common import (
-    MAX_BATCH_SIZE,
     MAX_EPOCH,
     MAX_LABEL_CHARS,
     MAX_MESSAGE_BYTES,

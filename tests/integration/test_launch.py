@@ -145,14 +145,15 @@ def _descendants_alive(pids: list[int]) -> list[int]:
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
-def _start_endless_job(out: Path, *extra: str, ddp: bool = False) -> subprocess.Popen:
+def _start_endless_job(out: Path, *extra: str, ddp: bool = False, own_group: bool = False) -> subprocess.Popen:
     """A `star launch` (`ddp`: of the DDP baseline) that would train for minutes (unreachable target),
-    once it is training."""
+    once it is training. `own_group`: the launcher leads a process group of its own, as a shell's foreground
+    job does, so a signal can be sent to the whole group as a terminal's Ctrl-C is."""
     servers = ["--mode", "ddp"] if ddp else ["--ps", "1"]
     process = subprocess.Popen(
         [sys.executable, "-m", "star.cli", "launch", "--task", "digits", "--workers", "2", *servers, "--max-time-s", "300",
          "--target", "1.01", "--out", str(out), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=own_group,
     )
     try:
         _wait_for_training(out, process)
@@ -183,6 +184,41 @@ def test_ctrl_c_stops_every_child_and_still_writes_a_result(tmp_path):
     assert _descendants_alive(children) == []
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["interrupted"] is True and result["reached"] is False
+
+
+def test_ctrl_c_to_the_terminal_s_process_group_still_writes_the_ps_accounting(tmp_path):
+    """A terminal's Ctrl-C signals the whole foreground process group. Children run in sessions of their own,
+    so only the launcher gets it and stops them in order: the coordinator reads the PSs' counters before the
+    PSs go (6 Dec: they got the signal too, shut down first, and result.json had no updates, no ps_stats)."""
+    process = _start_endless_job(tmp_path, own_group=True)
+    try:
+        children = [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, output
+    time.sleep(0.5)
+    assert _descendants_alive(children) == []
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["interrupted"] is True and result["updates"] > 0
+    assert len(result["ps_stats"]) == 1 and result["ps_stats"][0]["applied"] > 0 and result["transport"]
+
+
+def test_a_killed_launcher_s_workers_exit_within_seconds_and_leave_no_shared_memory(tmp_path):
+    """SIGKILL to the launcher: every child gets SIGTERM (PR_SET_PDEATHSIG). The PS goes; its workers, whose
+    pushes then fail, must end at once rather than retry for ~20 s holding their /dev/shm segments."""
+    shm_before = set(os.listdir("/dev/shm"))
+    process = _start_endless_job(tmp_path)
+    children = [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
+    process.kill()
+    process.communicate(timeout=30)
+    deadline = time.monotonic() + 10.0
+    while _descendants_alive(children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _descendants_alive(children) == []
+    assert {name for name in set(os.listdir("/dev/shm")) - shm_before if name.startswith("star")} == set()
 
 
 def test_sigterm_to_a_ddp_launch_stops_every_rank_with_exit_130(tmp_path):

@@ -68,6 +68,19 @@ def test_a_bad_strategy_name_fails_before_any_run(tmp_path, capsys):
     assert not (tmp_path / "b" / "summary.csv").exists()
 
 
+@pytest.mark.parametrize("flags, named", [
+    (["--trace-stretch", "0"], "trace_stretch=0.0"), (["--trace-stretch", "nan"], "trace_stretch=nan"),
+    (["--synthetic-iterations", "0"], "synthetic_iterations=0"), (["--workers", "0"], "workers=0"),
+    (["--ps", "0"], "ps=0"), (["--strategies", "ddp"], "benchmarks.strategies"),
+])
+def test_a_value_any_run_would_refuse_fails_before_the_first_run(tmp_path, capsys, flags, named):
+    """Before, a stretch of 0 was found after the clean run (up to 150 s of a real one), and 0 iterations or
+    workers surfaced as a trace error about rows."""
+    code = main(["bench", "--traces", "synthetic:static", "--sim", *flags, "--out", str(tmp_path / "b")])
+    assert code == 2 and named in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
 def test_progress_bar_fills_with_the_runs_done():
     assert bench.progress_bar(0, 4, width=8) == "[--------] 0/4"
     assert bench.progress_bar(2, 4, width=8) == "[####----] 2/4"

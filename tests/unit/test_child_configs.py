@@ -184,8 +184,11 @@ def test_the_job_file_form_of_each_daemon_gives_the_config_of_its_pure_function(
         assert _from_command_line(argv) == expected, argv
 
 
-def test_the_hand_form_of_a_daemon_still_takes_its_own_flags():
-    config = _from_command_line(["worker", "--worker-id", "3", "--workers", "4", "--coordinator", "h:1", "--trace.stretch", "0.5"])
+def test_the_hand_form_of_a_daemon_still_takes_its_own_flags(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("iteration,worker,factor\n0,0,1.0\n10,0,2.0\n")
+    config = _from_command_line(["worker", "--worker-id", "3", "--workers", "4", "--coordinator", "h:1",
+                                 "--trace.path", str(trace), "--trace.stretch", "0.5"])
     assert (config.worker_id, config.workers, config.coordinator, config.trace.stretch) == (3, 4, "h:1", 0.5)
 
 

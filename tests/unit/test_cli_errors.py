@@ -127,6 +127,7 @@ def test_a_bad_trace_worker_mapping_is_refused_before_any_process_starts(tmp_pat
     (["--workers", "8", "--trace-workers", "0,1,2,3"], "--trace-workers='0,1,2,3': trace_workers: needs one entry per run worker (8)"),
     (["--strategies", "ssgd,nope"], "plan.mode='nope'"), (["--task", "nope"], "--task='nope'"),
     (["--repeats", "0"], "--repeats=0"), (["--workers", "0"], "--workers=0"), (["--trace-stretch", "-1"], "trace.stretch=-1.0"),
+    (["--level", "2"], "--level=2.0"),
 ])
 def test_the_strategies_benchmark_refuses_bad_input_before_its_first_run(tmp_path, capsys, argv, named):
     """Before, a bad strategy name ended the benchmark after the clean run, and a bad mapping failed in the workers."""
@@ -137,3 +138,24 @@ def test_the_strategies_benchmark_refuses_bad_input_before_its_first_run(tmp_pat
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and named in err, err
     assert not (out / "runs.csv").exists() and not (out / "clean").exists()
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--mid-start", "-5"], "--mid-start=-5"), (["--mid-start", "50", "--mid-end", "10"], "--mid-end=10"),
+])
+def test_the_strategies_benchmark_refuses_an_empty_or_negative_mid3x_window(tmp_path, capsys, argv, named):
+    """Before, -5 ended in a traceback and 50..10 made the last worker slow from iteration 50 to the trace's end."""
+    from benchmarks.strategies import main as strategies_main
+
+    out = tmp_path / "out"
+    assert strategies_main(["--trace", "mid3x", *argv, "--out", str(out)]) == 2
+    assert named in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_an_output_directory_that_cannot_be_created_is_named_as_out(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main(["launch", "--task", "digits", "--out", str(blocker / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "out=" in err and "cannot be created" in err, err

@@ -31,12 +31,33 @@ from star.tta import EvalPoint, time_to_target
         ({"trace": {"path": "/nonexistent.csv"}}, "trace.path"),
         ({"workers": "four"}, "workers"),
         ({"plan": {"colour": "red"}}, "plan.colour"),
+        ({"target": float("nan")}, "target"),
+        ({"target": float("inf")}, "target"),
+        ({"batch_size": (1 << 24) + 1}, "batch_size"),
+        ({"workers": 65537}, "workers"),
+        ({"workers": 4, "max_workers": 70000}, "max_workers"),
+        ({"plan": {"mode": "ssgd", "k": 2}}, "plan.k"),
+        ({"plan": {"mode": "auto", "groups": "0,1;2,3"}}, "plan.groups"),
+        ({"plan": {"mode": "asgd", "staleness": 5}}, "plan.staleness"),
+        ({"trace": {"workers": "0,1,2,3"}}, "trace.workers"),
+        ({"trace": {"stretch": 0.5}}, "trace.stretch"),
     ],
 )
 def test_bad_config_fails_naming_the_field(data, field):
     with pytest.raises(ConfigError) as error:
         from_dict(JobConfig, data)
     assert field in str(error.value)
+
+
+@pytest.mark.parametrize("plan", [{"mode": "kofn", "k": 2}, {"mode": "grouped", "groups": "0,1;2,3"},
+                                  {"mode": "ssp", "staleness": 5}])
+def test_a_plan_shape_option_is_accepted_by_the_mode_that_reads_it(plan):
+    assert from_dict(JobConfig, {"workers": 4, "plan": plan}).plan.build(4).label in ("kofn", "grouped", "ssp")
+
+
+def test_a_directory_given_as_the_trace_is_refused_as_one(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory"):
+        from_dict(JobConfig, {"trace": {"path": str(tmp_path)}})
 
 
 def test_toml_round_trip_keeps_every_field(tmp_path):
@@ -50,7 +71,9 @@ def test_flags_override_toml(tmp_path):
     parser = argparse.ArgumentParser()
     add_config_args(parser, JobConfig, JOB_COMMON)
     base = {"workers": 8, "plan": {"mode": "asgd"}}
-    args = parser.parse_args(["--mode", "kofn", "--k", "3", "--trace-stretch", "0.5"])
+    trace = tmp_path / "t.csv"
+    trace.write_text("iteration,worker,factor\n0,0,1.0\n10,0,2.0\n")
+    args = parser.parse_args(["--mode", "kofn", "--k", "3", "--trace", str(trace), "--trace-stretch", "0.5"])
     config = config_from_args(JobConfig, args, base)
     assert (config.workers, config.plan.mode, config.plan.k, config.trace.stretch) == (8, "kofn", 3, 0.5)
 

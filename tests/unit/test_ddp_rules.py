@@ -87,3 +87,13 @@ def test_a_rank_that_dies_after_the_result_is_written_is_reported_not_failed(tmp
     else:
         with pytest.raises(LaunchError, match="rank 1 exited with code -6"):
             _wait(ranks, tmp_path, None, timeout_s=5.0)
+
+
+@pytest.mark.parametrize("asked, field", [
+    ({"control": {"batch": True}}, "control.batch"), ({"control": {"amp": False, "batch": True}}, "control.amp"),
+    ({"max_workers": 6}, "max_workers"), ({"metrics_port": 0}, "metrics_port"),
+])
+def test_a_ddp_run_refuses_what_only_the_coordinator_does_naming_the_first_option(asked, field):
+    """DDP has no coordinator: live decisions, elastic admission and its metrics endpoints would be ignored."""
+    refusal = ddp_refusal({"plan": {"mode": "ddp"}, **asked})
+    assert refusal is not None and refusal[0] == field and "coordinator" in refusal[2]
