@@ -222,7 +222,8 @@ def _train_selector_parser(sub) -> None:
     p.add_argument("--held-out", type=int, default=150, help="held-out scenarios for the regret report (0: none)")
     p.add_argument("--min-workers", type=int, default=4)
     p.add_argument("--max-workers", type=int, default=128)
-    p.add_argument("--out", default=None, help="model JSON (default: the shipped star/policy/models/selector.json)")
+    p.add_argument("--out", default=None, help="model JSON to write (required; the shipped model, which `auto-learned` "
+                                               "uses, is star/policy/models/selector.json: name it to replace it)")
     p.set_defaults(handler=_run_train_selector)
 
 
@@ -233,8 +234,15 @@ def _run_train_selector(args: argparse.Namespace) -> int:
         if done == total or done % 25 == 0:
             print(f"  scenarios {done}/{total}", file=sys.stderr, flush=True)
 
+    for name, ok, rule in (("scenarios", args.scenarios >= 1, ">= 1"), ("held_out", args.held_out >= 0, ">= 0"),
+                           ("min_workers", args.min_workers >= 1, ">= 1"),
+                           ("max_workers", args.max_workers >= args.min_workers, f">= min_workers ({args.min_workers})")):
+        if not ok:
+            raise ConfigError(name, getattr(args, name), f"must be {rule}")
+    if args.out is None:  # never overwrite the model the package ships by default
+        raise ConfigError("out", None, f"give the file to write; --out {default_model_path()} replaces the shipped model")
     model, table = train_and_evaluate(args.seed, args.scenarios, args.held_out, args.min_workers, args.max_workers, progress)
-    path = save_model(model, args.out or default_model_path())
+    path = save_model(model, args.out)
     print(json.dumps({"model": str(path), "trees": len(model.trees), "ranges": model.ranges, "held_out_regret": table}, indent=1))
     return 0
 

@@ -20,7 +20,7 @@ from typing import Callable
 import grpc
 
 from star.child_configs import job_as_run
-from star.config import JobConfig, to_toml
+from star.config import ConfigError, JobConfig, to_toml
 from star.ddp_rules import DDP_MODE
 from star.devices import check_device_available
 from star.node_agent import NodeAgent
@@ -36,6 +36,7 @@ from star.shm import sweep as sweep_mailboxes
 
 
 TOKEN_FILE_NAME = "job.token"  # in OUT, owner-only: lets an operator's tools reach a job whose token was generated
+CRASH_EXPLAINS_S = 5.0  # after the coordinator stops answering, how long to wait for a child to have exited (and explain why)
 
 
 def job_credentials(config: JobConfig, out: Path) -> Credentials:
@@ -78,13 +79,13 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     job = job_as_run(config, get_task(config.task))  # the optimizer as the task fills it in: refused before any child starts
     check_device_available("device", config.device)
     out = Path(config.out)
+    checkpoints = Path(config.faults.checkpoint_dir or out / "checkpoints")
+    job_id, restore_dir = _job_identity(config, checkpoints)  # a resume that does not fit fails before OUT is touched
     (out / "logs").mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", "curve.csv", "events.jsonl", "iterations.csv", "coordinator_state.json"):
         (out / stale).unlink(missing_ok=True)
     job_file = out / JOB_FILE  # every child derives its own config from it (star.child_configs)
     job_file.write_text(to_toml(job))
-    checkpoints = Path(config.faults.checkpoint_dir or out / "checkpoints")
-    job_id, restore_dir = _job_identity(config, checkpoints)
     credentials = job_credentials(config, out)
     check_metrics_ports(config.host, config.metrics_port, config.ps)
     (out / METRICS_FILE).unlink(missing_ok=True)
@@ -197,10 +198,11 @@ def _job_identity(config: JobConfig, checkpoints: Path) -> tuple[str, Path | Non
             manifest, shards = latest_complete(restore_dir)
         except CheckpointError as exc:
             raise LaunchError(f"cannot resume: {exc}") from None
+        # A mismatch with the checkpoint is a bad flag (exit 2, naming it), not a failed job.
         if manifest.num_ps != config.ps:
-            raise LaunchError(f"cannot resume: the checkpoint has {manifest.num_ps} PS shards, ps={config.ps}")
+            raise ConfigError("ps", config.ps, f"cannot resume {config.resume}: its checkpoint has {manifest.num_ps} PS shards")
         if manifest.task and manifest.task != config.task:
-            raise LaunchError(f"cannot resume: the checkpoint is of task {manifest.task!r}, task={config.task!r}")
+            raise ConfigError("task", config.task, f"cannot resume {config.resume}: its checkpoint is of task {manifest.task!r}")
         job_id = manifest.job_id
     write_manifest(checkpoints, JobManifest(job_id, config.ps, config.task))
     return job_id, restore_dir
@@ -277,8 +279,12 @@ def _monitor(
             try:
                 status = stub.JobStatus(pb.JobStatusRequest(), timeout=5.0)
             except grpc.RpcError as exc:
-                time.sleep(0.5)  # a crashed child explains more than a dead channel does
-                crashed = group.crashed()
+                # A crashed child explains more than a dead channel does (its log's last lines, next loop): a
+                # coordinator whose task failed closes its port a few seconds before its process has exited.
+                crashed, deadline = group.crashed(), time.monotonic() + CRASH_EXPLAINS_S
+                while crashed is None and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    crashed = group.crashed()
                 if crashed is not None or outages.waiting(time.monotonic()):
                     continue
                 raise LaunchError(f"coordinator stopped answering: {exc.code()}") from None

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from star.errors import ConfigError
-from star.events import read_events
 from star.observe import ITERATIONS_FILE
 
 
@@ -41,16 +40,33 @@ def load_run(path: str | Path) -> Run:
     result_path = path / "result.json"
     if not result_path.is_file():
         raise ConfigError("run_dir", str(path), "no result.json there: not a finished star launch output directory")
-    curve = []
-    if (path / "curve.csv").is_file():
-        with open(path / "curve.csv") as handle:
-            curve = [(float(r["time_s"]), int(r["version"]), float(r["metric"])) for r in csv.DictReader(handle)]
-    iterations = []
-    if (path / ITERATIONS_FILE).is_file():
-        with open(path / ITERATIONS_FILE) as handle:
-            iterations = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
-    events = read_events(path / "events.jsonl") if (path / "events.jsonl").is_file() else []
-    return Run(path, json.loads(result_path.read_text()), curve, iterations, events)
+    name = "result.json"
+    try:  # a damaged file is the user's to know about by name, not a traceback
+        result = json.loads(result_path.read_text())
+        curve = []
+        if (path / (name := "curve.csv")).is_file():
+            with open(path / name) as handle:
+                curve = [(float(r["time_s"]), int(r["version"]), float(r["metric"])) for r in csv.DictReader(handle)]
+        iterations = []
+        if (path / (name := ITERATIONS_FILE)).is_file():
+            with open(path / name) as handle:
+                iterations = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError("run_dir", str(path), f"{name} cannot be read: {type(exc).__name__}: {exc}") from None
+    events = _readable_events(path / "events.jsonl") if (path / "events.jsonl").is_file() else []
+    return Run(path, result, curve, iterations, events)
+
+
+def _readable_events(path: Path) -> list[dict]:
+    """The events of a log; a line that is not JSON (the half-written last line of a killed process) is skipped."""
+    events = []
+    with open(path) as handle:
+        for line in handle:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+    return [e for e in events if isinstance(e, dict)]
 
 
 def heatmap(iterations: list[dict], bins: int = 240) -> tuple[np.ndarray, np.ndarray, list[int]]:

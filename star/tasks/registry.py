@@ -58,14 +58,18 @@ def _load(spec: str, data_seed: int) -> Task:
         raise TaskSpecError(f"task {spec!r} must look like 'package.module:function'")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except (ImportError, SyntaxError) as exc:
         raise TaskSpecError(f"task {spec!r}: cannot import module {module_name!r}: {exc}") from exc
     factory = getattr(module, attr, None)
     if factory is None:
         raise TaskSpecError(f"task {spec!r}: module {module_name!r} has no attribute {attr!r}")
     if not callable(factory):
         raise TaskSpecError(f"task {spec!r}: {attr!r} is not callable")
-    task = factory(data_seed=data_seed) if _takes_data_seed(factory) else factory()
+    try:  # the user's code: its failure is a bad --task, reported in one line, not a launcher's traceback
+        task = factory(data_seed=data_seed) if _takes_data_seed(factory) else factory()
+    except Exception as exc:
+        raise TaskSpecError(f"task {spec!r}: {attr}() raised {type(exc).__name__}: {exc} "
+                            f"(python -c 'import {module_name}; {module_name}.{attr}()' shows where)") from exc
     if not isinstance(task, Task):
         raise TaskSpecError(f"task {spec!r}: {attr}() returned {type(task).__name__}, expected Task")
     return task

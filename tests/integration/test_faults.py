@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from star.config import JobConfig, from_dict
+from star.config import ConfigError, JobConfig, from_dict
 from star.launch import launch
 
 pytestmark = pytest.mark.integration
@@ -175,6 +175,12 @@ def test_a_stopped_job_resumes_from_its_checkpoints(tmp_path):
     _, shards = latest_complete(first / "checkpoints")
     saved = [s.version for s in shards]  # the final checkpoints, written after the last worker stopped
     assert saved[0] == saved[1] >= stopped["updates"]
+
+    # A resume that does not fit its checkpoint is a bad flag (exit 2 from the CLI), found before OUT is touched.
+    for fields, named in (({"ps": 3}, "ps=3"), ({"task": "gpt-1m"}, "task='gpt-1m'")):
+        with pytest.raises(ConfigError, match=named):
+            Job(first, resume=str(first), **fields).result()
+    assert (first / "result.json").exists()
 
     second = tmp_path / "second"
     resumed = Job(second, resume=str(first)).result()

@@ -221,6 +221,35 @@ def test_a_killed_launcher_s_workers_exit_within_seconds_and_leave_no_shared_mem
     assert {name for name in set(os.listdir("/dev/shm")) - shm_before if name.startswith("star")} == set()
 
 
+BROKEN_MODEL_TASK = """
+import dataclasses
+
+from star.tasks import get_task
+
+
+def build_model(seed):
+    raise ValueError("model factory exploded")
+
+
+def build_task():
+    return dataclasses.replace(get_task("digits"), build_model=build_model)
+"""
+
+
+def test_a_task_whose_model_cannot_be_built_fails_the_launch_with_the_child_s_own_error(tmp_path):
+    """The coordinator builds the model for its evaluator; when that raised, the launcher said only "coordinator
+    stopped answering: UNAVAILABLE" (it gave the dying process 0.5 s to be seen as crashed)."""
+    (tmp_path / "star_broken_model_task.py").write_text(BROKEN_MODEL_TASK)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p))
+    completed = subprocess.run(
+        [sys.executable, "-m", "star.cli", "launch", "--task", "star_broken_model_task:build_task", "--workers", "2",
+         "--ps", "1", "--max-time-s", "60", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=180, env=env,
+    )
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    assert "model factory exploded" in completed.stderr and "stopped answering" not in completed.stderr, completed.stderr
+
+
 def test_sigterm_to_a_ddp_launch_stops_every_rank_with_exit_130(tmp_path):
     """The DDP baseline's launcher treats SIGTERM (and Ctrl-C) as a STAR launch does: it stops its ranks,
     leaves none running and exits 130."""

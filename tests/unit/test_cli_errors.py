@@ -159,3 +159,23 @@ def test_an_output_directory_that_cannot_be_created_is_named_as_out(tmp_path, ca
     assert main(["launch", "--task", "digits", "--out", str(blocker / "run")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "out=" in err and "cannot be created" in err, err
+
+
+@pytest.mark.parametrize("argv, named", [
+    ([], "out=None"), (["--scenarios", "0", "--out", "OUT"], "scenarios=0"),
+    (["--min-workers", "50", "--max-workers", "10", "--out", "OUT"], "max_workers=10"),
+])
+def test_train_selector_never_overwrites_the_shipped_model_by_default_and_checks_its_counts(tmp_path, capsys, argv, named):
+    """Before, no --out rewrote star/policy/models/selector.json (even with --held-out -1), and a count of 0
+    ended in a traceback after training started."""
+    argv = [str(tmp_path / "m.json") if a == "OUT" else a for a in argv]
+    assert main(["train-selector", *argv]) == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_a_damaged_run_folder_is_named_by_star_report_in_one_line(tmp_path, capsys):
+    (tmp_path / "result.json").write_text('{"task": "dig')  # cut short
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "result.json cannot be read" in err, err

@@ -196,6 +196,15 @@ def test_star_report_writes_a_png_and_a_page_for_one_run_and_an_overlay_for_seve
     assert str(tmp_path / "b") in (tmp_path / "report.md").read_text()
 
 
+def test_star_report_reads_an_event_log_whose_last_line_a_killed_process_left_half_written(tmp_path):
+    from star.report import load_run
+
+    _recorded_run(tmp_path / "a")
+    with open(tmp_path / "a" / "events.jsonl", "a") as handle:
+        handle.write('{"t": 3.5, "kind": "amp", "wor')
+    assert [e["kind"] for e in load_run(tmp_path / "a").events][-1] == "plan"
+
+
 def test_star_report_on_a_directory_without_a_result_fails_naming_it(tmp_path, capsys):
     from star.cli import main
 

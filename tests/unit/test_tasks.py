@@ -294,6 +294,23 @@ def test_bad_task_specs_raise_naming_task(spec):
         get_task(spec)
 
 
+def raises_inside() -> Task:
+    raise RuntimeError("boom inside the factory")
+
+
+def test_a_factory_that_raises_is_a_bad_task_in_one_line_naming_it_and_its_error():
+    """Before, the user's exception reached `star launch` as a traceback (exit 1)."""
+    with pytest.raises(TaskSpecError, match=r"raises_inside\(\) raised RuntimeError: boom inside the factory"):
+        get_task(f"{__name__}:raises_inside")
+
+
+def test_a_task_module_with_a_syntax_error_is_a_bad_task(tmp_path, monkeypatch):
+    (tmp_path / "star_broken_task_mod.py").write_text("def build(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TaskSpecError, match="cannot import module 'star_broken_task_mod'"):
+        get_task("star_broken_task_mod:build")
+
+
 def test_non_int_data_seed_raises_naming_task():
     with pytest.raises(TaskSpecError, match="task"):
         get_task("digits", data_seed="0")
