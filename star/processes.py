@@ -165,7 +165,7 @@ class ProcessGroup:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
-            start_new_session=True,  # see below
+            start_new_session=True,  # out of the launcher's process group: see the class docstring
         )
         handle.close()
         child = Child(name, process, log_path)
