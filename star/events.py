@@ -37,6 +37,20 @@ class EventLog:
                 self._handle = None
 
 
-def read_events(path: str | Path) -> list[dict[str, Any]]:
+def read_events(path: str | Path, skip_damaged: bool = False) -> list[dict[str, Any]]:
+    """Every event of a log. `skip_damaged`: leave out a line that is not a JSON object (the half-written last
+    line a killed process leaves) instead of raising."""
+    events = []
     with open(path) as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                if not skip_damaged:
+                    raise
+                continue
+            if isinstance(event, dict) or not skip_damaged:
+                events.append(event)
+    return events

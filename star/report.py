@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from star.errors import ConfigError
+from star.events import read_events
 from star.observe import ITERATIONS_FILE
 
 
@@ -53,20 +54,8 @@ def load_run(path: str | Path) -> Run:
                 iterations = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError("run_dir", str(path), f"{name} cannot be read: {type(exc).__name__}: {exc}") from None
-    events = _readable_events(path / "events.jsonl") if (path / "events.jsonl").is_file() else []
+    events = read_events(path / "events.jsonl", skip_damaged=True) if (path / "events.jsonl").is_file() else []
     return Run(path, result, curve, iterations, events)
-
-
-def _readable_events(path: Path) -> list[dict]:
-    """The events of a log; a line that is not JSON (the half-written last line of a killed process) is skipped."""
-    events = []
-    with open(path) as handle:
-        for line in handle:
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue
-    return [e for e in events if isinstance(e, dict)]
 
 
 def heatmap(iterations: list[dict], bins: int = 240) -> tuple[np.ndarray, np.ndarray, list[int]]:
