@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec .venv/bin/star launch --task digits --workers 4 --ps 2 --mode ssgd --out runs/demo "$@"
+exec .venv/bin/star launch --task digits --workers 4 --ps 2 --mode ssgd --out runs/demo --overwrite "$@"

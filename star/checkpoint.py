@@ -170,6 +170,12 @@ def latest_shard(directory: str | Path, ps_index: int) -> ShardCheckpoint | None
     return load_shard(pointer.parent / latest["file"], latest.get("sha256"))
 
 
+def resolve_checkpoint_dir(path: str | Path) -> Path:
+    """`--resume` takes a job's OUT directory or its checkpoint directory."""
+    path = Path(path)
+    return path / "checkpoints" if (path / "checkpoints" / "manifest.json").exists() else path
+
+
 def latest_complete(directory: str | Path) -> tuple[JobManifest, list[ShardCheckpoint]]:
     """The manifest and one checkpoint per PS of the job; CheckpointError names what is missing."""
     manifest = read_manifest(directory)

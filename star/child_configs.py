@@ -50,7 +50,8 @@ def uses_trees(job: JobConfig) -> bool:
 
 
 def ps_config(job: JobConfig, *, ps_index: int, host: str, job_id: str, checkpoint_dir: str, port: int = 0,
-              metrics_port: int | None = None, restore_dir: str | None = None, migrate_from: str | None = None) -> PSConfig:
+              metrics_port: int | None = None, restore_dir: str | None = None, resumed: bool = False,
+              migrate_from: str | None = None) -> PSConfig:
     """PS `ps_index` of the job (shard `ps_index` of `job.ps`), which runs `job.optimizer`: it must
     be complete (`job_as_run` fills it from the task's defaults; only the task knows them).
 
@@ -58,7 +59,8 @@ def ps_config(job: JobConfig, *, ps_index: int, host: str, job_id: str, checkpoi
     into its checkpoints so that jobs never mix; `checkpoint_dir`, where they go (one per node);
     `port` (0: a free one; a restart passes the one it served at); `metrics_port` (None: the
     job's P+1+i; a restart passes the one it served at); `restore_dir` (a restart or a resumed
-    job starts from its newest checkpoint there); `migrate_from` (a live move takes the shard
+    job starts from its newest checkpoint there); `resumed` (that job was stopped and is started
+    again: its clock waits for the first update); `migrate_from` (a live move takes the shard
     over from the PS at this address).
     """
     for name in ("name", "lr"):
@@ -69,7 +71,7 @@ def ps_config(job: JobConfig, *, ps_index: int, host: str, job_id: str, checkpoi
         threads=job.threads_per_process, security=child_security(job), checkpoint_dir=checkpoint_dir,
         checkpoint_every_updates=job.faults.checkpoint_every_updates, checkpoint_every_s=job.faults.checkpoint_every_s,
         checkpoint_max_write_share=job.faults.checkpoint_max_write_share,
-        job_id=job_id, restore_dir=restore_dir, migrate_from=migrate_from,
+        job_id=job_id, restore_dir=restore_dir, resumed=resumed, migrate_from=migrate_from,
         metrics_port=ps_metrics_port(job.metrics_port, ps_index) if metrics_port is None else metrics_port)
 
 

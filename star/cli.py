@@ -55,10 +55,12 @@ def _job_config(args: argparse.Namespace) -> tuple[JobConfig, object]:
 
 
 def _run_launch(args: argparse.Namespace) -> int:
+    from star.cli_checks import check_out_free
     from star.launch import launch
     from star.processes import InterruptedBeforeResult, LaunchError
 
     config, progress = _job_config(args)
+    check_out_free("out", config.out, config.resume, config.overwrite, config.faults.checkpoint_dir)
     ps = "0 (DDP: all-reduce among the workers)" if config.plan.mode == DDP_MODE else config.ps
     print(f"star launch: task={config.task} workers={config.workers} ps={ps} mode={config.plan.mode} out={config.out}", flush=True)
     if config.trace.path and not args.quiet:

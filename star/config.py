@@ -296,6 +296,7 @@ class JobConfig(RunSettings):
     faults: FaultConfig = field(default_factory=FaultConfig)
     node: NodeConfig = field(default_factory=NodeConfig)  # multi-host jobs: this node's rank, the rendezvous store
     resume: str | None = None  # continue a stopped job from its last complete checkpoint set (its OUT or checkpoint dir)
+    overwrite: bool = False  # `star launch` into an OUT that holds an earlier run's result or checkpoints replaces them (else refused)
 
     def __post_init__(self) -> None:
         super().__post_init__()

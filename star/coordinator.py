@@ -1,10 +1,9 @@
 """The coordinator daemon: one per job. Owns the plan, hears every worker, runs the evaluator.
 
-It sends the initial plan to every PS, answers each worker's per-iteration report with
-directives, evaluates the PSs' parameters on a fixed period, decides when the job is
-done (target reached or time up), and writes curve.csv, events.jsonl and result.json.
-Decision logic stays in pure code (`star.control_loop.ControlLoop`, `star.tta.reached`,
-`ClusterView`), so this module is wiring.
+It sends the initial plan to every PS, answers each worker's per-iteration report with directives, evaluates
+the PSs' parameters on a fixed period, decides when the job is done (target reached or time up), and writes
+curve.csv, events.jsonl and result.json. Decision logic stays in pure code (`star.control_loop.ControlLoop`,
+`star.tta.reached`, `ClusterView`, `star.training_clock`), so this module is wiring.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from star.policy.controller import for_strategy, with_task_staleness
 from star.task_calibration import staleness_penalty as task_staleness_penalty
 from star.devices import local_device
 from star.evaluator import CurveWriter, Evaluator
+from star.training_clock import TrainingClock
 from star.tta import EvalPoint, next_version, reached
 from star.cluster import ClusterView, ps_input
 from star.control_loop import Actions, ControlLoop, HostsInput, Reports
@@ -372,22 +372,22 @@ class Coordinator:
         """Evaluate on a fixed period until done; then write the results."""
         curve = CurveWriter(self.out / "curve.csv", self.restored_points)
         evaluator: Evaluator | None = None
-        deadline_first_update = time.monotonic() + self.config.startup_timeout_s
-        grid = self.config.evaluation.every_updates
-        wanted = 0  # the next version to evaluate at (0: whatever there is, on the wall-clock period)
+        grid, wanted = self.config.evaluation.every_updates, 0  # wanted: the next version to evaluate at (0: any, on the period)
         since = -1.0  # seconds since the first update, as the PSs last said (< 0: none yet)
+        clock = TrainingClock(self.config.startup_timeout_s, time.monotonic())  # has the job trained (start-up timeout)?
         try:
             while not self.stop.is_set():
                 tick = time.monotonic()
                 if evaluator is None:
                     evaluator = self._try_evaluator()
                 since, point = self._evaluate(evaluator, wanted, since) if evaluator else (-1.0, None)
+                clock.read(since)
                 if point is not None:
                     wanted = next_version(point.version, grid) if grid else 0
                     self._record(point, curve)
                 elif since >= self.config.max_time_s:
                     self._finish("max_time")  # updates stalled below the next version to evaluate
-                elif since < 0 and time.monotonic() > deadline_first_update:
+                elif clock.stalled_at_start(time.monotonic()):
                     self._finish("no_update_before_startup_timeout")
                 if self.service.state in ("done", "finished"):
                     break

@@ -145,7 +145,8 @@ def start_ps_daemons(group: ProcessGroup, ps_args: Callable[[int, Path], list[st
         ready = group.log_dir / f"ps{i}.ready"
         ready.unlink(missing_ok=True)
         args = ps_args(i, ready)
-        started[i] = (group.spawn(f"ps{i}", args + (["--restore-dir", str(restore_dir)] if restore_dir else [])), ready, args)
+        resumed = ["--restore-dir", str(restore_dir), "--resumed"] if restore_dir else []  # a crash restart counts its outage
+        started[i] = (group.spawn(f"ps{i}", args + resumed), ready, args)
     served = {}
     for i, (child, ready, args) in started.items():
         port = _wait_ready(group, child, ready, startup_timeout_s)
@@ -180,15 +181,9 @@ def start_workers(group: ProcessGroup, job_file: Path, worker_ids, coordinator_a
         group.spawn(f"worker{w}", args).restart_args = args  # a restarted worker rejoins with current parameters
 
 
-def resolve_checkpoint_dir(path: str | Path) -> Path:
-    """`--resume` takes a job's OUT directory or its checkpoint directory."""
-    path = Path(path)
-    return path / "checkpoints" if (path / "checkpoints" / "manifest.json").exists() else path
-
-
 def _job_identity(config: JobConfig, checkpoints: Path) -> tuple[str, Path | None]:
     """(job id, directory to restore from): a fresh id, or the resumed job's, after checking its checkpoint set."""
-    from star.checkpoint import CheckpointError, JobManifest, latest_complete, write_manifest
+    from star.checkpoint import CheckpointError, JobManifest, latest_complete, resolve_checkpoint_dir, write_manifest
 
     restore_dir = None
     job_id = secrets.token_hex(8)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from star.child_configs import job_as_run
+from star.cli_checks import check_out_free
 from star.config import JobConfig, to_toml
 from star.launch import _monitor, ps_command, start_coordinator, start_ps_daemons, start_workers
 from star.placement import Placement, host_state, place
@@ -69,6 +70,7 @@ def run_node(config: JobConfig, progress: Callable[[str], None] | None = None, e
     advertise = config.node.advertise or route_address(identity.store_host, identity.store_port)
     rank = identity.rank
     out = Path(config.out) if rank == 0 else Path(config.out) / f"node{rank}"
+    check_out_free("out", str(out), config.resume, config.overwrite, config.faults.checkpoint_dir)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     say = progress or (lambda line: None)
     say(f"node {rank}/{identity.nodes} ({identity.launcher}): {advertise}, store {identity.store_host}:{identity.store_port}")

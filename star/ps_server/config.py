@@ -32,6 +32,7 @@ class PSConfig:
     checkpoint_max_write_share: float = 0.1  # ... but spaced so that writing takes at most this share of the time
     job_id: str = ""  # written into every checkpoint, so shards of different jobs are never mixed
     restore_dir: str | None = None  # start from this PS's newest checkpoint in this directory, when there is one
+    resumed: bool = False  # with restore_dir, a stopped job resumed: its clock waits for the first update (the pause is not training time)
     migrate_from: str | None = None  # take the shard over from the PS serving it at this address (a live move)
     drain_timeout_s: float = 30.0  # handing the shard over: wait this long for the pushes of workers it served
     metrics_port: int | None = None  # serve Prometheus /metrics on this port (0: a free one; None: not at all)

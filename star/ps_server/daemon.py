@@ -38,7 +38,7 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
         checkpoint = restore_shard(config.restore_dir, config.ps_index)
         if checkpoint is not None:
             same_dir = config.checkpoint_dir and Path(config.checkpoint_dir).resolve() == Path(config.restore_dir).resolve()
-            servicer.restore(checkpoint, version_at_exit if same_dir else None)
+            servicer.restore(checkpoint, version_at_exit if same_dir else None, resumed=config.resumed)
             await servicer.final_checkpoint()  # the restore (and its counters) survives the next crash too
         else:
             log(logger, logging.WARNING, "no checkpoint to restore: starting fresh", restore_dir=config.restore_dir,

@@ -23,14 +23,24 @@ class Restoring:
     def capture(self) -> ShardCheckpoint:
         """A consistent copy of this shard (parameters, optimizer, aggregator) at the current version."""
         assert self.shard is not None and self.total_numel is not None
-        trained_s = max(0.0, self._since_first_update())
+        trained_s = self._trained_s()
         return capture_shard(self.config.job_id, self.config.ps_index, self.config.num_ps, self.total_numel, self.shard,
                              self.aggregator, trained_s)
 
-    def restore(self, checkpoint: ShardCheckpoint, version_at_exit: int | None = None, moved: bool = False) -> None:
+    def _trained_s(self) -> float:
+        """Training time up to the current version (when it was applied here): the seconds a stopping job
+        spends after its last update are not training time, and a resumed job must not count them."""
+        applied = self.observers.applied_at(self.aggregator.version)
+        if applied is not None and self._first_update is not None:
+            return max(0.0, applied - self._first_update)
+        return max(0.0, self._since_first_update())
+
+    def restore(self, checkpoint: ShardCheckpoint, version_at_exit: int | None = None, moved: bool = False,
+                resumed: bool = False) -> None:
         """Continue from a checkpoint: same parameters, optimizer state, version and plan.
         Workers must register and pull again (a restored PS knows no worker). `version_at_exit`
-        (what the previous incarnation recorded last) gives the updates the checkpoint lacks."""
+        (what the previous incarnation recorded last) gives the updates the checkpoint lacks; `resumed` (a
+        stopped job started again) holds the clock at the checkpoint's training time until the first update."""
         c = self.config
         if (checkpoint.ps_index, checkpoint.num_ps) != (c.ps_index, c.num_ps):
             raise ConfigError("restore", checkpoint.ps_index,
@@ -53,6 +63,8 @@ class Restoring:
             self.aggregator.counters["updates_lost_in_restart"] += lost
         trained_s = float(checkpoint.aggregator.get("trained_s", 0.0))
         self._first_update = time.monotonic() - trained_s if checkpoint.version > 0 else None
+        if resumed and checkpoint.version > 0:  # the stopped job's pause and this start-up are not training time
+            self._first_update, self._clock_held_s = None, trained_s
         if self.checkpointer is not None:
             self.checkpointer.last_version = checkpoint.version
         log(logger, logging.INFO, "restored from checkpoint", version=checkpoint.version, epoch=self.aggregator.epoch,

@@ -65,6 +65,7 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
         self.observers = VersionWatch()  # evaluators' pulls held for a version (PullRequest.wait_s)
         self._started = time.monotonic()
         self._first_update: float | None = None
+        self._clock_held_s: float | None = None  # a resumed job's training time so far, until its first update here
         # Handing the shard over (MigrateOut): while draining, pulls are held; once moved, every call is redirected.
         self.draining = False
         self.moved_to: str | None = None
@@ -79,7 +80,10 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
 
     # ---- helpers ---------------------------------------------------------------
     def _since_first_update(self) -> float:
-        return -1.0 if self._first_update is None else time.monotonic() - self._first_update
+        """Training time by this PS's clock: -1 before any update; a resumed job's clock stands still until its first."""
+        if self._first_update is None:
+            return -1.0 if self._clock_held_s is None else self._clock_held_s
+        return time.monotonic() - self._first_update
 
     def _require_shard(self) -> ShardState:
         if self.shard is None:
@@ -142,7 +146,8 @@ class ParameterServer(HandOver, Restoring, pb_grpc.ParameterServerServicer):
                 log(logger, logging.ERROR, "gradients left out: their mailbox was written while the PS held them",
                     count=left_out, version_after=apply.version_after)
             if self._first_update is None:
-                self._first_update = time.monotonic()
+                self._first_update = time.monotonic() - (self._clock_held_s or 0.0)
+                self._clock_held_s = None
         for drop in effects.drops:
             self.received.drop(drop.gradient_id)
         for worker in effects.released:

@@ -140,12 +140,12 @@ def resize_cost_ratio(task_name: str, base_batch: int, threads: int = 1, changes
     import torch
 
     from star.tasks import get_task
-    from star.tasks.sharding import BatchStream
+    from star.tasks.dataset import batch_stream
 
     torch.set_num_threads(threads)
     task = get_task(task_name)
     model = task.build_model(0)
-    stream = BatchStream(task.train, 0, 1, 0)
+    stream = batch_stream(task, 0, 1, 0, base_batch)  # in-memory tensors or a Dataset
 
     def step_s(batch: int) -> float:
         inputs, targets = stream.next_batch(batch)

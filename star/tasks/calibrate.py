@@ -18,6 +18,7 @@ import torch
 
 from star.tasks.base import Task
 from star.tasks.registry import get_task
+from star.tasks.dataset import batch_stream
 from star.tasks.sharding import BatchStream
 
 
@@ -83,7 +84,7 @@ def time_step(task: Task, amp: bool, batch_size: int | None = None, repeats: int
     """Median seconds of one forward+backward on a default-size batch."""
     batch_size = batch_size or task.default_batch_size
     model = task.build_model(0)
-    stream = BatchStream(task.train, 0, 1, 0)
+    stream = batch_stream(task, 0, 1, 0, batch_size)  # in-memory tensors or a Dataset
     inputs, targets = stream.next_batch(batch_size)
 
     def step() -> None:

@@ -29,6 +29,12 @@ def _events(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
 
 
+def _curve(out: Path) -> list[tuple[float, int]]:
+    """curve.csv's (time_s, version) rows."""
+    rows = (out / "curve.csv").read_text().splitlines()[1:]
+    return [(float(r.split(",")[0]), int(r.split(",")[1])) for r in rows]
+
+
 def _child(role: str, index: int) -> psutil.Process:
     """This process's `star <role>` daemon with the given index (python -m star.cli <role> --<role>-index N ...)."""
     flag = "--worker-id" if role == "worker" else "--ps-index"
@@ -182,9 +188,16 @@ def test_a_stopped_job_resumes_from_its_checkpoints(tmp_path):
             Job(first, resume=str(first), **fields).result()
     assert (first / "result.json").exists()
 
+    # The training time carried over is the stopped run's up to its last update: not its shutdown, nor the pause
+    # before the resume, nor the new run's start-up (before, ~3-4 s of these were counted against max_time_s).
+    trained = max(s.aggregator["trained_s"] for s in shards)
+    time.sleep(2.0)
+
     second = tmp_path / "second"
     resumed = Job(second, resume=str(first)).result()
     assert resumed["reached"] and resumed["resumed_from"].endswith("checkpoints")
     kinds = [e for e in _events(second) if e["kind"] == "resumed"]
     assert kinds and kinds[0]["versions"] == saved
     assert resumed["updates"] > saved[0]
+    first_point = _curve(second)[0][0]
+    assert trained - 0.01 <= first_point <= trained + 1.0, (first_point, trained)

@@ -125,3 +125,13 @@ def test_goals_table_checks_auto_against_the_best_and_the_cut_and_its_ceiling():
     assert "| 1.045 | yes |" in lines["a"] and "| 42.5% | 50.0% | yes | yes |" in lines["a"]
     # b: delay 60% needs a 40% cut, but removing the whole delay only cuts 37.5%
     assert "| 12.5% | 37.5% | yes (above ceiling) | NO |" in lines["b"]
+
+
+def test_goals_md_explains_the_cut_ceiling_and_the_other_goal_columns(tmp_path):
+    rows = bench.summary_rows([_result("a", compare.CLEAN, 10.0), _result("a", "ssgd", 20.0),
+                               _result("a", "auto-heuristic", 11.5)])
+    bench.write_summary(tmp_path, rows)
+    text = (tmp_path / "goals.md").read_text()
+    for column in ("auto/best", "ssgd_delay", "auto_vs_ssgd", "cut_ceiling"):
+        assert f"- `{column}`:" in text
+    assert "above ceiling" in text.split("- `cut_ceiling`:")[1]

@@ -179,3 +179,46 @@ def test_a_damaged_run_folder_is_named_by_star_report_in_one_line(tmp_path, caps
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "result.json cannot be read" in err, err
+
+
+@pytest.mark.parametrize("left", ["result.json", "events.jsonl", "curve.csv", "checkpoints/manifest.json"])
+def test_a_launch_into_an_earlier_run_s_out_is_refused_and_leaves_its_files(tmp_path, capsys, left):
+    """Before, a second launch into the same OUT deleted the first run's result, curve and events and
+    wrote a new job's checkpoints over its checkpoint set, without a word."""
+    earlier = tmp_path / left
+    earlier.parent.mkdir(parents=True, exist_ok=True)
+    earlier.write_text("the earlier run's\n")
+    assert main(["launch", "--task", "digits", "--workers", "1", "--ps", "1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "holds an earlier run" in err and left in err and "--overwrite" in err, err
+    assert ("--resume" in err) == left.startswith("checkpoints"), err  # resuming is offered only where there is a checkpoint
+    assert earlier.read_text() == "the earlier run's\n"
+
+
+def test_an_earlier_run_s_out_is_free_to_resume_that_run_or_with_overwrite(tmp_path):
+    from star.cli_checks import check_out_free
+    from star.config import ConfigError
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "manifest.json").write_text("{}")
+    (tmp_path / "result.json").write_text("{}")
+    check_out_free("out", str(tmp_path), resume=str(tmp_path), overwrite=False)
+    check_out_free("out", str(tmp_path), resume=str(tmp_path / "checkpoints"), overwrite=False)
+    check_out_free("out", str(tmp_path), resume=None, overwrite=True)
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(ConfigError, match="holds an earlier run"):  # resuming another run into this one's OUT
+        check_out_free("out", str(tmp_path), resume=str(other), overwrite=False)
+    check_out_free("out", str(tmp_path / "fresh"), resume=None, overwrite=False)  # a new folder is always free
+
+
+def test_a_checkpoint_dir_outside_out_with_a_manifest_counts_as_an_earlier_run(tmp_path):
+    from star.cli_checks import check_out_free
+    from star.config import ConfigError
+
+    elsewhere = tmp_path / "ckpt"
+    elsewhere.mkdir()
+    (elsewhere / "manifest.json").write_text("{}")
+    with pytest.raises(ConfigError, match="manifest.json"):
+        check_out_free("out", str(tmp_path / "run"), resume=None, overwrite=False, checkpoint_dir=str(elsewhere))
+    check_out_free("out", str(tmp_path / "run"), resume=str(elsewhere), overwrite=False, checkpoint_dir=str(elsewhere))

@@ -112,3 +112,12 @@ def test_the_own_model_example_loads_as_a_user_task(monkeypatch):
     assert inputs.shape == (16, 32) and targets.dtype == torch.int64
     with pytest.raises(TaskSpecError, match="returned"):
         get_task("own_task:build_model")  # a function returning a model, not a Task
+
+
+def test_calibration_times_the_steps_of_a_dataset_task(monkeypatch):
+    """`star calibrate` timed steps through the in-memory batch stream only, so a Dataset task failed there."""
+    from star.sim.calibrate import amp_factor, resize_cost_ratio
+
+    monkeypatch.syspath_prepend("examples/own_model")
+    assert 0.0 < amp_factor("own_task:build_task") < 10.0
+    assert resize_cost_ratio("own_task:build_task", 16, changes=2, repeats=3) >= 0.0
