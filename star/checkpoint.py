@@ -20,7 +20,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -142,8 +142,28 @@ def save_shard(directory: str | Path, shard: ShardCheckpoint) -> Path:
               "job_id": shard.job_id}
     write_atomic(folder / "latest.json", json.dumps(latest).encode())
     for old in sorted(folder.glob("v*.pt"))[:-KEEP_PER_SHARD]:
-        old.unlink(missing_ok=True)
+        if old != path:  # a stray file of a higher version (another job's) never pushes out the one just written
+            old.unlink(missing_ok=True)
     return path
+
+
+def clear_checkpoints(directory: str | Path, shards: Sequence[int] | None = None) -> int:
+    """Remove an earlier job's checkpoint set from `directory`: its manifest, and each ps<i>/ folder's shard files,
+    pointer and version record, so that a new job's checkpoints never mix with it (other files are left alone).
+    `shards`: only these PS folders and no manifest (a node of a multi-host job, whose directory others may share).
+    Returns how many files went."""
+    directory = Path(directory)
+    doomed = [directory / "manifest.json"] if shards is None else []
+    folders = directory.glob("ps*") if shards is None else (shard_dir(directory, i) for i in shards)
+    for folder in folders:
+        if folder.is_dir():
+            doomed += [*folder.glob("v*.pt"), folder / "latest.json", folder / "version"]
+    removed = 0
+    for path in doomed:
+        if path.is_file():
+            path.unlink()
+            removed += 1
+    return removed
 
 
 def load_shard(path: str | Path, expected_sha256: str | None = None) -> ShardCheckpoint:

@@ -158,8 +158,16 @@ def _run_coordinator(args: argparse.Namespace) -> int:
 
     config = daemon_config("coordinator", args)
     check_task("task", config.task)
+    if not config.ps_addresses:  # found before OUT is written, not as a traceback from the PS client
+        raise ConfigError("ps_addresses", "", "must name at least one parameter server (--ps-addresses HOST:PORT,...)")
     setup_logging("coordinator")
-    return run_coordinator(config, args.ready_file)
+    from star.rpc.common import PsUnreachable
+
+    try:
+        return run_coordinator(config, args.ready_file)
+    except PsUnreachable as exc:  # one line, as the launcher shows a child's last lines
+        print(f"star coordinator: {exc}", file=sys.stderr)
+        return 1
 
 
 def _sim_args(parser: argparse.ArgumentParser, show_all: bool) -> None:

@@ -70,25 +70,27 @@ def check_out_dir(field_name: str, path: str) -> None:
         raise ConfigError(field_name, path, f"cannot be created: {exc.strerror or exc}") from None
 
 
-RUN_MARKERS = ("result.json", "events.jsonl", "curve.csv", "checkpoints/manifest.json")  # what an earlier run leaves in OUT
+RUN_FILES = ("result.json", "events.jsonl", "curve.csv")  # what an earlier run leaves in OUT, beside its checkpoints
 
 
 def check_out_free(field_name: str, out: str, resume: str | None, overwrite: bool, checkpoint_dir: str | None = None) -> None:
     """A launch must not replace an earlier run's files (its result, events, checkpoints) without being asked:
-    OUT holding them is refused unless the launch resumes that very run or says --overwrite."""
+    OUT holding them is refused unless the launch resumes that very run or says --overwrite. Empty files and a
+    manifest without shard checkpoints (a job that failed before training) hold nothing to lose."""
     from pathlib import Path
 
     if overwrite:
         return
     out_path = Path(out)
     checkpoints = Path(checkpoint_dir) if checkpoint_dir else out_path / "checkpoints"
-    found = [name for name in RUN_MARKERS if (out_path / name).exists()]
-    if checkpoint_dir and (checkpoints / "manifest.json").exists() and "checkpoints/manifest.json" not in found:
-        found.append(str(checkpoints / "manifest.json"))
+    found = [name for name in RUN_FILES if (out_path / name).is_file() and (out_path / name).stat().st_size > 0]
+    saved = any(checkpoints.glob("ps*/latest.json"))
+    if saved:
+        found.append(f"shard checkpoints in {checkpoints}")
     if not found:
         return
     if resume is not None and resolve_checkpoint_dir(resume).resolve() == checkpoints.resolve():
         return  # continuing the run that is there: its files are the resumed job's
-    resumable = f"--resume {out} continues it, " if (checkpoints / "manifest.json").exists() else ""
+    resumable = f"--resume {out} continues it, " if saved and (checkpoints / "manifest.json").exists() else ""
     raise ConfigError(field_name, out, f"holds an earlier run ({', '.join(found)}): {resumable}--overwrite replaces it, "
                                        "or choose another --out")

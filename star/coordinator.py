@@ -40,7 +40,7 @@ from star.observe import JobObserver
 from star.logs import log
 from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb, star_pb2_grpc as pb_grpc
-from star.rpc.common import CONTROL_CHANNEL_OPTIONS, MAX_LABEL_CHARS, address, host_of, sample_from_proto, write_ready_file
+from star.rpc.common import CONTROL_CHANNEL_OPTIONS, EXCLUSIVE_PORT, MAX_LABEL_CHARS, address, host_of, sample_from_proto, write_ready_file
 from star.ps_watch import PsWatch
 from star.rpc.ps_client import PSClient, stats_at
 from star.rpc.retries import RETRYABLE
@@ -474,7 +474,7 @@ def run_coordinator(config: CoordinatorConfig, ready_file: str | None = None) ->
     credentials = coordinator.credentials
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=16),
-        options=CONTROL_CHANNEL_OPTIONS,
+        options=CONTROL_CHANNEL_OPTIONS + EXCLUSIVE_PORT,
         interceptors=credentials.server_interceptors(aio=False),
     )
     pb_grpc.add_CoordinatorServicer_to_server(coordinator.service, server)

@@ -82,8 +82,7 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     checkpoints = Path(config.faults.checkpoint_dir or out / "checkpoints")
     job_id, restore_dir = _job_identity(config, checkpoints)  # a resume that does not fit fails before OUT is touched
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    for stale in ("result.json", "curve.csv", "events.jsonl", "iterations.csv", "coordinator_state.json"):
-        (out / stale).unlink(missing_ok=True)
+    clear_run_files(out, keep_as=earlier_part(out) if restore_dir else None)
     job_file = out / JOB_FILE  # every child derives its own config from it (star.child_configs)
     job_file.write_text(to_toml(job))
     credentials = job_credentials(config, out)
@@ -130,6 +129,26 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     if progress and result.get("straggler_summary"):
         progress("straggler summary (seconds; others waited: by the PSs' clocks):\n" + format_summary(result["straggler_summary"]))
     return result
+
+
+RUN_FILES = ("result.json", "curve.csv", "events.jsonl", "iterations.csv", "coordinator_state.json")
+
+
+def earlier_part(out: Path) -> Path:
+    """Where a resumed job keeps the files of the run it continues (OUT/part1, part2, ...): its curve and
+    events are the job's history too."""
+    return next(out / f"part{n}" for n in range(1, 10_000) if not (out / f"part{n}").exists())
+
+
+def clear_run_files(out: Path, keep_as: Path | None) -> None:
+    """Clear OUT for a new run's result, curve and events: moved into `keep_as` when given, else deleted."""
+    present = [out / name for name in RUN_FILES if (out / name).exists()]
+    if keep_as is not None and present:
+        keep_as.mkdir(parents=True)
+        for path in present:
+            path.rename(keep_as / path.name)
+    for path in present:
+        path.unlink(missing_ok=True)
 
 
 def ps_command(job_file: Path, host: str, shard: int, ready: Path, checkpoints: Path, job_id: str) -> list[str]:
@@ -183,7 +202,8 @@ def start_workers(group: ProcessGroup, job_file: Path, worker_ids, coordinator_a
 
 def _job_identity(config: JobConfig, checkpoints: Path) -> tuple[str, Path | None]:
     """(job id, directory to restore from): a fresh id, or the resumed job's, after checking its checkpoint set."""
-    from star.checkpoint import CheckpointError, JobManifest, latest_complete, resolve_checkpoint_dir, write_manifest
+    from star.checkpoint import (CheckpointError, JobManifest, clear_checkpoints, latest_complete, resolve_checkpoint_dir,
+                                 write_manifest)
 
     restore_dir = None
     job_id = secrets.token_hex(8)
@@ -199,6 +219,8 @@ def _job_identity(config: JobConfig, checkpoints: Path) -> tuple[str, Path | Non
         if manifest.task and manifest.task != config.task:
             raise ConfigError("task", config.task, f"cannot resume {config.resume}: its checkpoint is of task {manifest.task!r}")
         job_id = manifest.job_id
+    if restore_dir is None or restore_dir.resolve() != checkpoints.resolve():
+        clear_checkpoints(checkpoints)  # a new checkpoint set: an earlier job's (an --overwrite) must not mix with it
     write_manifest(checkpoints, JobManifest(job_id, config.ps, config.task))
     return job_id, restore_dir
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from star.checkpoint import clear_checkpoints
 from star.child_configs import job_as_run
 from star.cli_checks import check_out_free
 from star.config import JobConfig, to_toml
@@ -111,6 +112,7 @@ def _run(config: JobConfig, identity: NodeIdentity, store: Store, advertise: str
     decided = json.loads(store.get("placement"))
     mine = [i for i, r in enumerate(decided["ranks"]) if r == rank]
     checkpoints = Path(config.faults.checkpoint_dir or out / "checkpoints")
+    clear_checkpoints(checkpoints, mine)  # a new job: an earlier one's checkpoints of these shards must not mix in
     job_file = out / JOB_FILE  # this node's children derive their configs from it (star.child_configs)
     job_file.write_text(to_toml(job_as_run(config, task)))
 

@@ -19,7 +19,7 @@ from star.ps_server.server import ParameterServer
 from star.ps_server.socket_channel import SocketChannelServer
 from star.logs import log
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import CHANNEL_OPTIONS, address, tune_malloc, write_ready_file
+from star.rpc.common import CHANNEL_OPTIONS, EXCLUSIVE_PORT, address, tune_malloc, write_ready_file
 from star.rpc.security import Credentials
 from star.shm import doorbell_path
 
@@ -31,7 +31,7 @@ async def serve(config: PSConfig, ready_file: str | None = None) -> None:
     torch.set_num_threads(config.threads)
     tune_malloc()
     credentials = Credentials.load(config.security)
-    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=credentials.server_interceptors(aio=True))
+    server = grpc.aio.server(options=CHANNEL_OPTIONS + EXCLUSIVE_PORT, interceptors=credentials.server_interceptors(aio=True))
     servicer = ParameterServer(config)
     version_at_exit = servicer.checkpointer.open_version_file(config.ps_index) if servicer.checkpointer else None
     if config.restore_dir:

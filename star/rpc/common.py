@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import grpc
+
 from star.flat import MAX_CHUNK_BYTES, SEND_CHUNK_BYTES
 from star.plan import LatePolicy, PlanError, Scale, SyncPlan
 from star.resources import HostSample, NicSample
@@ -30,6 +32,9 @@ CONTROL_CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 500),
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
+# Every server: its port is its own. gRPC turns SO_REUSEPORT on by default, so a second PS (or coordinator) started
+# on a port in use bound it too and the kernel split the connections between the two without a word.
+EXCLUSIVE_PORT = [("grpc.so_reuseport", 0)]
 # Trailing metadata of an UNAVAILABLE answer from a PS whose shard moved: the address to use instead.
 MOVED_TO_KEY = "star-moved-to"
 # Bounds on request fields that no honest peer comes near; beyond them a value is refused, naming the field.
@@ -137,3 +142,14 @@ def write_ready_file(path: str | None, **info: object) -> None:
 
 def address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class PsUnreachable(grpc.FutureTimeoutError):
+    """A PS channel did not connect in time (the message says which and why it may be)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message

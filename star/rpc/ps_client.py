@@ -1,11 +1,10 @@
 """Client side of the PS protocol: push to and pull from every shard concurrently.
 
-One channel per PS and one thread per PS for the blocking calls, so a round trip to
-P servers costs about as long as the slowest of them, not their sum. Payloads go
-straight between the flat buffer and wire chunks (float32, or bfloat16 with wire="bfloat16"),
-or, with a PS on this host, through the shared-memory mailbox it offered (star/shm.py; the
-gRPC call then carries only the header, or the PS's doorbell socket does: star/rpc/doorbell.py), or,
-with a PS on another host, as raw bytes on the PS's socket channel (star/rpc/socket_channel.py).
+One channel per PS and one thread per PS for the blocking calls, so a round trip to P servers costs about as long
+as the slowest of them, not their sum. Payloads go straight between the flat buffer and wire chunks (float32, or
+bfloat16 with wire="bfloat16"), or, with a PS on this host, through the shared-memory mailbox it offered (star/shm.py;
+the gRPC call then carries only the header, or the PS's doorbell socket does: star/rpc/doorbell.py), or, with a PS
+on another host, as raw bytes on the PS's socket channel (star/rpc/socket_channel.py).
 transport="auto" takes a mailbox where one is offered and works (the nonce proves the same memory), else
 the socket channel where one is offered; "shm" requires a mailbox, "socket" the socket channel, "grpc"
 never asks for either. A client given the worker's gradient segment (star/shm.py GradSegment) offers it
@@ -26,7 +25,7 @@ from star.flat import WIRE_DTYPE, ShardRange, shard_ranges, tensor_chunks, write
 from star.plan import SyncPlan
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
-from star.rpc.common import CHANNEL_OPTIONS, MOVED_TO_KEY, plan_to_proto, tune_malloc
+from star.rpc.common import CHANNEL_OPTIONS, MOVED_TO_KEY, PsUnreachable, plan_to_proto, tune_malloc
 from star.rpc.doorbell import Doorbell, DoorbellBroken
 from star.rpc.security import Credentials
 from star.rpc.socket_channel import SocketChannel
@@ -210,9 +209,13 @@ class PSClient:
 
     # ---- setup -----------------------------------------------------------------
     def wait_ready(self, timeout_s: float) -> None:
-        """Block until every PS channel connects (raises grpc.FutureTimeoutError)."""
-        for channel in self._channels:
-            grpc.channel_ready_future(channel).result(timeout=timeout_s)
+        """Block until every PS channel connects; PsUnreachable (a grpc.FutureTimeoutError) names the first that did not."""
+        for where, channel in zip(self.addresses, self._channels):
+            try:
+                grpc.channel_ready_future(channel).result(timeout=timeout_s)
+            except grpc.FutureTimeoutError:
+                raise PsUnreachable(f"parameter server {where} accepted no connection in {timeout_s:g} s: nothing serves "
+                                    "there, or the TLS handshake failed (certificate, CA, server name)") from None
 
     def register(self, total_numel: int, timeout_s: float = 10.0, relay_address: str = "") -> list[pb.RegisterReply]:
         """`relay_address`: where this worker takes tree children's gradients ("": it takes none)."""

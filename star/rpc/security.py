@@ -125,16 +125,20 @@ class Credentials:
 
     # ---- server side -----------------------------------------------------------
     def add_port(self, server: grpc.Server | grpc.aio.Server, address: str) -> int:
-        """Bind `address` (TLS when this process has a certificate); returns the port, 0 on failure."""
-        if self.cert_pem is None:
-            return server.add_insecure_port(address)
-        assert self.key_pem is not None
-        tls = grpc.ssl_server_credentials(
-            [(self.key_pem, self.cert_pem)],
-            root_certificates=self.ca_pem if self.require_client_cert else None,
-            require_client_auth=self.require_client_cert,
-        )
-        return server.add_secure_port(address, tls)
+        """Bind `address` (TLS when this process has a certificate); returns the port, 0 on failure (a port in use:
+        gRPC raises, or returns 0, depending on its version)."""
+        try:
+            if self.cert_pem is None:
+                return server.add_insecure_port(address)
+            assert self.key_pem is not None
+            tls = grpc.ssl_server_credentials(
+                [(self.key_pem, self.cert_pem)],
+                root_certificates=self.ca_pem if self.require_client_cert else None,
+                require_client_auth=self.require_client_cert,
+            )
+            return server.add_secure_port(address, tls)
+        except RuntimeError:
+            return 0
 
     # ---- raw sockets (the PS's socket channel: star/rpc/socket_channel.py) -----------
     def ssl_server_context(self) -> ssl.SSLContext | None:

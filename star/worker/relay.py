@@ -37,7 +37,7 @@ from star.flat import ChunkAssembler, FlatError, tensor_chunks
 from star.rpc import star_pb2 as pb
 from star.rpc import star_pb2_grpc as pb_grpc
 from star.limits import MAX_BATCH_SIZE
-from star.rpc.common import CHANNEL_OPTIONS, address, max_stream_chunks
+from star.rpc.common import CHANNEL_OPTIONS, EXCLUSIVE_PORT, address, max_stream_chunks
 from star.rpc.security import Credentials
 
 Key = tuple[int, tuple[int, ...]]  # (plan epoch, per-shard versions) a gradient was computed on
@@ -197,7 +197,7 @@ class RelayServer:
                  offer_timeout_s: float = 120.0, threads: int = 16):
         self.inbox = RelayInbox()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="relay"),
-                                   options=CHANNEL_OPTIONS, interceptors=credentials.server_interceptors(aio=False))
+                                   options=CHANNEL_OPTIONS + EXCLUSIVE_PORT, interceptors=credentials.server_interceptors(aio=False))
         pb_grpc.add_WorkerRelayServicer_to_server(_RelayServicer(self.inbox, numel, offer_timeout_s, max_workers), self._server)
         port = credentials.add_port(self._server, address(host, 0))
         self.address = address(host, port)

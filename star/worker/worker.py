@@ -295,6 +295,9 @@ class Worker:
                 if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                     if self.link is not None:
                         self.link.heartbeat(self.iteration)
+                        directives = self.link.directives()  # a job that ended while this pull waited (its round never closes)
+                        if directives is not None and directives.stop:
+                            self.stop.set()
                     self._refuse_held_children()
                     continue  # still blocked on the round: normal under SSGD with a straggler
                 if exc.code() == grpc.StatusCode.NOT_FOUND or _not_initialised(exc):

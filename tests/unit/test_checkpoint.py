@@ -10,7 +10,7 @@ import torch
 
 from star.aggregate import Aggregator
 from star.checkpoint import (
-    CheckpointError, JobManifest, ShardCheckpoint, latest_complete, latest_shard, load_shard, save_shard,
+    CheckpointError, JobManifest, ShardCheckpoint, clear_checkpoints, latest_complete, latest_shard, load_shard, save_shard,
     write_manifest,
 )
 from star.plan import PlanError, asgd, kofn, plan_from_dict, plan_to_dict, ssgd
@@ -194,3 +194,24 @@ def test_a_write_share_outside_zero_to_one_is_refused_with_the_field_named(share
         CheckpointSchedule(max_write_share=share)
     with pytest.raises(ConfigError, match="faults.checkpoint_max_write_share"):
         FaultConfig(checkpoint_max_write_share=share)
+
+
+def test_a_stray_higher_version_never_deletes_the_checkpoint_just_written(tmp_path):
+    """An earlier job's v110/v144 left in the folder (an --overwrite) made the new job delete its own v38 and point
+    latest.json at a missing file."""
+    for steps in (5, 6):
+        save_shard(tmp_path, _trained_shard(steps=steps, job_id="earlier"))
+    save_shard(tmp_path, _trained_shard(steps=2, job_id="new"))
+    assert latest_shard(tmp_path, 0).version == 2
+
+
+def test_clearing_removes_an_earlier_job_s_checkpoint_set_and_nothing_else(tmp_path):
+    write_manifest(tmp_path, JobManifest("earlier", 2, "digits"))
+    for ps in (0, 1):
+        save_shard(tmp_path, _trained_shard(ps_index=ps, num_ps=2, job_id="earlier"))
+        (tmp_path / f"ps{ps}" / "version").write_text("3\n")
+    (tmp_path / "notes.txt").write_text("the user's")
+    assert clear_checkpoints(tmp_path, shards=[1]) == 3  # a node's own shards only: v*.pt, latest.json, version
+    assert (tmp_path / "manifest.json").exists() and latest_shard(tmp_path, 0) is not None
+    assert clear_checkpoints(tmp_path) == 4  # the manifest and ps0's three files
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["notes.txt"]

@@ -181,26 +181,40 @@ def test_a_damaged_run_folder_is_named_by_star_report_in_one_line(tmp_path, caps
     assert err.count("\n") == 0 and "result.json cannot be read" in err, err
 
 
-@pytest.mark.parametrize("left", ["result.json", "events.jsonl", "curve.csv", "checkpoints/manifest.json"])
-def test_a_launch_into_an_earlier_run_s_out_is_refused_and_leaves_its_files(tmp_path, capsys, left):
+@pytest.mark.parametrize("left, named", [("result.json", "result.json"), ("events.jsonl", "events.jsonl"),
+                                          ("curve.csv", "curve.csv"), ("checkpoints/ps0/latest.json", "shard checkpoints")])
+def test_a_launch_into_an_earlier_run_s_out_is_refused_and_leaves_its_files(tmp_path, capsys, left, named):
     """Before, a second launch into the same OUT deleted the first run's result, curve and events and
     wrote a new job's checkpoints over its checkpoint set, without a word."""
     earlier = tmp_path / left
     earlier.parent.mkdir(parents=True, exist_ok=True)
     earlier.write_text("the earlier run's\n")
+    (tmp_path / "checkpoints").mkdir(exist_ok=True)
+    (tmp_path / "checkpoints" / "manifest.json").write_text("{}")  # written at every start, trained or not
     assert main(["launch", "--task", "digits", "--workers", "1", "--ps", "1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "holds an earlier run" in err and left in err and "--overwrite" in err, err
+    assert err.count("\n") == 0 and "holds an earlier run" in err and named in err and "--overwrite" in err, err
     assert ("--resume" in err) == left.startswith("checkpoints"), err  # resuming is offered only where there is a checkpoint
     assert earlier.read_text() == "the earlier run's\n"
+
+
+def test_a_job_that_failed_before_training_does_not_block_the_next_launch(tmp_path):
+    """A job refused at start (a wrong CA) left a manifest and an empty event log: nothing to lose."""
+    from star.cli_checks import check_out_free
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "manifest.json").write_text("{}")
+    (tmp_path / "events.jsonl").write_text("")
+    check_out_free("out", str(tmp_path), resume=None, overwrite=False)
 
 
 def test_an_earlier_run_s_out_is_free_to_resume_that_run_or_with_overwrite(tmp_path):
     from star.cli_checks import check_out_free
     from star.config import ConfigError
 
-    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "ps0").mkdir(parents=True)
     (tmp_path / "checkpoints" / "manifest.json").write_text("{}")
+    (tmp_path / "checkpoints" / "ps0" / "latest.json").write_text("{}")
     (tmp_path / "result.json").write_text("{}")
     check_out_free("out", str(tmp_path), resume=str(tmp_path), overwrite=False)
     check_out_free("out", str(tmp_path), resume=str(tmp_path / "checkpoints"), overwrite=False)
@@ -212,13 +226,40 @@ def test_an_earlier_run_s_out_is_free_to_resume_that_run_or_with_overwrite(tmp_p
     check_out_free("out", str(tmp_path / "fresh"), resume=None, overwrite=False)  # a new folder is always free
 
 
-def test_a_checkpoint_dir_outside_out_with_a_manifest_counts_as_an_earlier_run(tmp_path):
+def test_a_checkpoint_dir_outside_out_with_shard_checkpoints_counts_as_an_earlier_run(tmp_path):
     from star.cli_checks import check_out_free
     from star.config import ConfigError
 
     elsewhere = tmp_path / "ckpt"
-    elsewhere.mkdir()
+    (elsewhere / "ps1").mkdir(parents=True)
     (elsewhere / "manifest.json").write_text("{}")
-    with pytest.raises(ConfigError, match="manifest.json"):
+    (elsewhere / "ps1" / "latest.json").write_text("{}")
+    with pytest.raises(ConfigError, match="shard checkpoints in"):
         check_out_free("out", str(tmp_path / "run"), resume=None, overwrite=False, checkpoint_dir=str(elsewhere))
     check_out_free("out", str(tmp_path / "run"), resume=str(elsewhere), overwrite=False, checkpoint_dir=str(elsewhere))
+
+
+def test_a_resume_into_the_same_out_keeps_the_earlier_run_s_curve_and_events_as_a_part(tmp_path):
+    """Before, `--resume OUT --out OUT` deleted the stopped run's curve.csv and events.jsonl: half the job's history."""
+    from star.launch import clear_run_files, earlier_part
+
+    for name in ("result.json", "curve.csv", "events.jsonl"):
+        (tmp_path / name).write_text(f"first run's {name}\n")
+    clear_run_files(tmp_path, keep_as=earlier_part(tmp_path))
+    assert (tmp_path / "part1" / "curve.csv").read_text() == "first run's curve.csv\n"
+    assert not (tmp_path / "curve.csv").exists() and not (tmp_path / "result.json").exists()
+    (tmp_path / "curve.csv").write_text("second run's\n")
+    clear_run_files(tmp_path, keep_as=earlier_part(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part1", "part2"]
+    (tmp_path / "events.jsonl").write_text("x\n")
+    clear_run_files(tmp_path, keep_as=None)  # a fresh run (or --overwrite): deleted
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part1", "part2"]
+
+
+def test_a_coordinator_without_parameter_servers_is_refused_in_one_line_before_writing_out(tmp_path, capsys):
+    """It was a ValueError traceback (exit 1) that left events.jsonl and iterations.csv in OUT."""
+    out = tmp_path / "run"
+    assert main(["coordinator", "--task", "digits", "--workers", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "ps_addresses" in err, err
+    assert not out.exists()
