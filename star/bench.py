@@ -17,7 +17,8 @@ bursts, spikes). With `--sim` a file trace with fewer workers
 than `--workers` is widened with phase-shifted copies (generators.stretch_workers).
 Every trace actually replayed is written to DIR/traces/ as a CSV a real run can replay.
 
-Writes DIR/summary.csv (trace, strategy, workers, tta_s, reached, mitigation),
+Writes DIR/summary.csv (trace, strategy, workers, tta_s, reached, mitigation, and TTA's two factors,
+updates_to_target and s_per_update),
 DIR/summary.md (best per trace in bold), DIR/goals.md (auto vs best and vs SSGD per
 trace), DIR/curves_<trace>.png, DIR/tta.png, and each run's files under DIR/runs/.
 A progress bar (one line per run when stderr is not a terminal) shows runs done and the ETA.
@@ -45,7 +46,7 @@ from typing import Any, Callable, Sequence
 from star.sim.compare import CLEAN, compare_with_real, markdown_cell, read_real_summary, sim_vs_real_table
 
 STRATEGIES = ("ssgd", "asgd", "kofn", "grouped", "exclude", "amp", "batch", "auto-heuristic", "auto-learned")
-SUMMARY_COLUMNS = ("trace", "strategy", "workers", "tta_s", "reached", "mitigation")
+SUMMARY_COLUMNS = ("trace", "strategy", "workers", "tta_s", "reached", "mitigation", "updates_to_target", "s_per_update")
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,17 @@ def summary_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             m = None if strategy == CLEAN else mitigation(tta.get(CLEAN), tta.get("ssgd"), tta[strategy])
             rows.append({"trace": trace, "strategy": strategy, "workers": r["workers"],
                          "tta_s": None if r["tta_s"] is None else round(r["tta_s"], 3), "reached": bool(r["reached"]),
-                         "mitigation": None if m is None else round(m, 3)})
+                         "mitigation": None if m is None else round(m, 3), **tta_factors(r)})
     return rows
+
+
+def tta_factors(run: dict[str, Any]) -> dict[str, Any]:
+    """TTA = updates to target x seconds per update: a real run's result says both; a simulated one stops at the
+    target, so its updates are the updates to target. None where the target was not reached."""
+    if not run.get("reached") or not run.get("tta_s"):
+        return {"updates_to_target": None, "s_per_update": None}
+    updates = run.get("updates_to_target") or run.get("updates")
+    return {"updates_to_target": updates, "s_per_update": round(run["tta_s"] / updates, 4) if updates else None}
 
 
 def best_per_trace(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
@@ -359,6 +369,15 @@ class Progress:
         self.stream.flush()
 
 
+def _with_clean(clean: dict[str, Any], results: list[dict[str, Any]], traces: Sequence[TraceSpec]) -> list[dict[str, Any]]:
+    """The runs trace by trace, each trace's rows led by the one clean run (it replays no trace)."""
+    ordered = []
+    for trace in traces:
+        ordered.append({**clean, "trace": trace.name})
+        ordered += [r for r in results if r["trace"] == trace.name]
+    return ordered
+
+
 def run_bench(config: BenchConfig, runner: Callable[..., dict[str, Any]] | None = None,
               log: Callable[[int, str], None] | None = None) -> list[dict[str, Any]]:
     """Clean SSGD once, then every strategy on every trace; writes every output; returns the summary rows."""
@@ -378,19 +397,22 @@ def run_bench(config: BenchConfig, runner: Callable[..., dict[str, Any]] | None 
     for i, (strategy, trace) in enumerate(jobs, 1):
         where = "none" if trace is None else trace.name
         run_dir = out / "runs" / where / strategy
-        r = runner(config, strategy, trace, run_dir)
+        try:
+            r = runner(config, strategy, trace, run_dir)
+        except KeyboardInterrupt:  # the runs that ended still get their tables
+            if clean is not None and results:
+                write_summary(out, summary_rows(_with_clean(clean, results, traces)))
+            raise
         row = {"trace": where, "strategy": strategy, "workers": config.workers, "tta_s": r.get("tta_s"),
-               "reached": bool(r.get("reached")), "curve": r.get("curve", [])}
+               "reached": bool(r.get("reached")), "curve": r.get("curve", []), "updates": r.get("updates"),
+               "updates_to_target": r.get("updates_to_target")}
         if trace is None:
             clean = row
         else:
             results.append(row)
-        log(i, f"{where} {strategy}: reached={row['reached']} tta_s={row['tta_s']}")
+        log(i, f"{'no trace' if trace is None else where} {strategy}: reached={row['reached']} tta_s={row['tta_s']}")
     assert clean is not None
-    ordered = []
-    for trace in traces:
-        ordered.append({**clean, "trace": trace.name})
-        ordered += [r for r in results if r["trace"] == trace.name]
+    ordered = _with_clean(clean, results, traces)
     rows = summary_rows(ordered)
     write_summary(out, rows)
     plot(out, ordered)
@@ -447,7 +469,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         print(f"star bench: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"star bench: interrupted; the runs that ended are under {args.out}", file=sys.stderr)
+        print(f"star bench: interrupted; the runs that ended are under {args.out} (their table: summary.csv)", file=sys.stderr)
         return 130
     print(markdown_table(rows))
     print(f"wrote {config.out}/summary.csv, summary.md, goals.md, tta.png, curves_*.png"

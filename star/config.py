@@ -224,6 +224,8 @@ class NodeConfig:
     def __post_init__(self) -> None:
         _require(self.rank is None or self.rank >= 0, "node.rank", self.rank, "must be >= 0")
         _require(self.nodes is None or self.nodes >= 1, "node.nodes", self.nodes, "must be >= 1")
+        _require(self.rank is None or self.nodes is None or self.rank < self.nodes, "node.rank", self.rank,
+                 f"must be in 0..node.nodes-1 (node.nodes={self.nodes})")
         _require(self.sample_s > 0, "node.sample_s", self.sample_s, "must be > 0")
         _require(self.rendezvous_timeout_s > 0, "node.rendezvous_timeout_s", self.rendezvous_timeout_s, "must be > 0")
         if self.ps_ranks is not None:

@@ -123,3 +123,7 @@ class Store:
 
     def has(self, key: str) -> bool:
         return bool(self._store.check([self.prefix + key]))
+
+    def claim(self, key: str) -> bool:
+        """Whether this caller is the first to claim `key` in this run (an atomic counter in the store)."""
+        return int(self._store.add(self.prefix + "claim/" + key, 1)) == 1

@@ -94,6 +94,9 @@ def _run(config: JobConfig, identity: NodeIdentity, store: Store, advertise: str
     from star.tasks import get_task
 
     rank, nodes = identity.rank, identity.nodes
+    if not store.claim(f"rank/{rank}"):  # two nodes given one rank would both start its PSs and overwrite its entry
+        raise NodeError(f"node rank {rank} is already taken by another node of this job: give each node its own "
+                        f"--node.rank in 0..{nodes - 1}")
     sampler = ResourceSampler(advertise, job_address=advertise)
     time.sleep(config.node.sample_s)
     sample = sampler.sample()

@@ -417,3 +417,13 @@ def run_worker(config: WorkerConfig) -> int:
     except WorkerExit as exc:
         log(logger, logging.ERROR, f"exiting: {exc}", worker=config.worker_id, host=socket.gethostname(), pid=os.getpid())
         return 3
+    except grpc.RpcError as exc:  # a PS or the coordinator refused this worker for good: one line, not a traceback
+        if exc.code() not in REFUSED_FOR_GOOD:
+            raise
+        log(logger, logging.ERROR, f"exiting: refused: {exc.code().name}: {exc.details()}", worker=config.worker_id,
+            hint="a wrong job token, or a --task or model that differs from the job's")
+        return 3
+
+
+# Answers no retry changes (the job token, the model's size): the worker ends, saying why.
+REFUSED_FOR_GOOD = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)

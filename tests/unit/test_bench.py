@@ -135,3 +135,35 @@ def test_goals_md_explains_the_cut_ceiling_and_the_other_goal_columns(tmp_path):
     for column in ("auto/best", "ssgd_delay", "auto_vs_ssgd", "cut_ceiling"):
         assert f"- `{column}`:" in text
     assert "above ceiling" in text.split("- `cut_ceiling`:")[1]
+
+
+def test_the_summary_gives_tta_s_two_factors_for_real_and_simulated_runs(tmp_path):
+    """`star bench --sim --real` left sim_vs_real.md's updates and s/update columns empty: its summary had neither."""
+    real = {**_result("t", "batch", 12.0), "updates": 44, "updates_to_target": 40}  # a real job runs past its target
+    simulated = {**_result("t", "auto", 9.0), "updates": 36}  # a simulation stops at the target
+    missed = {**_result("t", "asgd", None, reached=False), "updates": 500}
+    rows = {r["strategy"]: r for r in bench.summary_rows([real, simulated, missed])}
+    assert (rows["batch"]["updates_to_target"], rows["batch"]["s_per_update"]) == (40, 0.3)
+    assert (rows["auto"]["updates_to_target"], rows["auto"]["s_per_update"]) == (36, 0.25)
+    assert (rows["asgd"]["updates_to_target"], rows["asgd"]["s_per_update"]) == (None, None)
+    bench.write_summary(tmp_path, list(rows.values()))
+    header = (tmp_path / "summary.csv").read_text().splitlines()[0].split(",")
+    assert header[-2:] == ["updates_to_target", "s_per_update"]
+
+
+def test_an_interrupted_bench_still_writes_the_summary_of_the_runs_that_ended(tmp_path):
+    """A Ctrl-C said "the runs that ended are under DIR" but left no summary.csv for them."""
+    calls = []
+
+    def runner(config, strategy, trace, run_dir):
+        calls.append(strategy)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return {"tta_s": 10.0 + len(calls), "reached": True, "updates": 40}
+
+    config = bench.BenchConfig(traces=("synthetic:static",), out=str(tmp_path), strategies=("ssgd", "batch", "auto"),
+                               sim=True)
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_bench(config, runner=runner, log=lambda i, what: None)
+    lines = (tmp_path / "summary.csv").read_text().splitlines()
+    assert [line.split(",")[1] for line in lines[1:]] == [compare.CLEAN, "ssgd"]

@@ -41,6 +41,7 @@ from star.tta import EvalPoint, time_to_target
         ({"plan": {"mode": "asgd", "staleness": 5}}, "plan.staleness"),
         ({"trace": {"workers": "0,1,2,3"}}, "trace.workers"),
         ({"trace": {"stretch": 0.5}}, "trace.stretch"),
+        ({"node": {"rank": 2, "nodes": 2}}, "node.rank"),
     ],
 )
 def test_bad_config_fails_naming_the_field(data, field):

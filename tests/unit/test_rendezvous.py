@@ -49,3 +49,20 @@ def test_bad_rendezvous_input_names_the_variable(env, kwargs, message):
 
 def test_the_advertised_address_is_the_one_that_routes_to_the_store():
     assert route_address("127.0.0.1") == "127.0.0.1"
+
+
+def test_a_rank_is_claimed_once_per_run_and_a_second_claim_is_refused():
+    """Two `star node`s given one --node.rank both started its PSs; the second now learns the rank is taken."""
+    import socket
+
+    from star.rendezvous import NodeIdentity, Store
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    host = Store(NodeIdentity(0, 2, "127.0.0.1", port, False, "manual", "manual"), timeout_s=10.0)
+    joining = Store(NodeIdentity(1, 2, "127.0.0.1", port, False, "manual", "manual"), timeout_s=10.0)
+    assert host.claim("rank/0") and joining.claim("rank/1")
+    assert not joining.claim("rank/1") and not host.claim("rank/0")
+    later = Store(NodeIdentity(1, 2, "127.0.0.1", port, False, "manual-1", "manual"), timeout_s=10.0)  # another run
+    assert later.claim("rank/1")

@@ -1,4 +1,4 @@
-"""A worker blocked in a synchronous pull still hears the coordinator say the job is over."""
+"""How a worker ends: blocked in a synchronous pull when the job is over; refused by a PS for good."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import threading
 from types import SimpleNamespace
 
 import grpc
+import pytest
 import torch
 
 from star.rpc import star_pb2 as pb
@@ -54,3 +55,39 @@ def test_a_worker_whose_round_never_closes_stops_when_a_heartbeat_reply_says_the
     thread.join(10.0)
     assert not thread.is_alive(), "the worker kept waiting on a round after the job ended"
     assert outcome["pulled"] is False and worker.stop.is_set() and worker.link.beats == 3
+
+
+class _Refused(grpc.RpcError):
+    def __init__(self, code):
+        self._code = code
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return "total_numel 121674 does not match this job's model (254720 elements)"
+
+
+@pytest.mark.parametrize("code, ends", [(grpc.StatusCode.INVALID_ARGUMENT, 3), (grpc.StatusCode.UNAUTHENTICATED, 3),
+                                        (grpc.StatusCode.INTERNAL, None)])
+def test_a_worker_refused_for_good_exits_3_with_one_line_and_other_errors_keep_their_traceback(monkeypatch, caplog, code, ends):
+    """A hand-started worker with another --task than the job's (or a wrong token) ended in a gRPC traceback."""
+    from star.worker import worker as worker_module
+
+    class RefusedWorker:
+        def __init__(self, config):
+            self.stop = threading.Event()
+
+        def run(self):
+            raise _Refused(code)
+
+    monkeypatch.setattr(worker_module, "Worker", RefusedWorker)
+    monkeypatch.setattr(worker_module.signal, "signal", lambda *args: None)
+    config = SimpleNamespace(threads=1, worker_id=1)
+    if ends is None:
+        with pytest.raises(grpc.RpcError):
+            worker_module.run_worker(config)
+        return
+    with caplog.at_level("ERROR"):
+        assert worker_module.run_worker(config) == ends
+    assert f"refused: {code.name}: total_numel 121674 does not match" in caplog.text
