@@ -53,7 +53,8 @@ def run_job(net: NetNamespaces, config: JobConfig, out: Path, timeout_s: float =
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(net.nodes), "--nproc-per-node", "1",
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{net.address(0)}:{RDZV_PORT}", "--rdzv-id", run_id,
                 "--rdzv-conf", f"is_host={'true' if rank == 0 else 'false'}", "--local-addr", net.address(rank),
-                "--max-restarts", "0", "-m", "star.node", "--config", str(job), "--quiet", *extra]
+                "--max-restarts", "0", "-m", "star.node", "--config", str(job), "--quiet",
+                "--overwrite", *extra]  # the benchmark's own run folder: a rerun replaces it
         processes.append(net.popen(rank, argv, out / f"torchrun{rank}.log", env=env))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(p.poll() is None for p in processes):

@@ -91,6 +91,7 @@ def check_out_free(field_name: str, out: str, resume: str | None, overwrite: boo
         return
     if resume is not None and resolve_checkpoint_dir(resume).resolve() == checkpoints.resolve():
         return  # continuing the run that is there: its files are the resumed job's
-    resumable = f"--resume {out} continues it, " if saved and (checkpoints / "manifest.json").exists() else ""
+    where = checkpoints if checkpoint_dir else out  # --resume takes OUT only where its checkpoints are OUT/checkpoints
+    resumable = f"--resume {where} continues it, " if saved and (checkpoints / "manifest.json").exists() else ""
     raise ConfigError(field_name, out, f"holds an earlier run ({', '.join(found)}): {resumable}--overwrite replaces it, "
                                        "or choose another --out")

@@ -387,7 +387,7 @@ class Coordinator:
                     self._record(point, curve)
                 elif since >= self.config.max_time_s:
                     self._finish("max_time")  # updates stalled below the next version to evaluate
-                elif clock.stalled_at_start(time.monotonic()):
+                if clock.stalled_at_start(time.monotonic()):  # also with points: a resumed job's standing clock
                     self._finish("no_update_before_startup_timeout")
                 if self.service.state in ("done", "finished"):
                     break

@@ -82,7 +82,8 @@ def launch(config: JobConfig, progress: Callable[[str], None] | None = None, sta
     checkpoints = Path(config.faults.checkpoint_dir or out / "checkpoints")
     job_id, restore_dir = _job_identity(config, checkpoints)  # a resume that does not fit fails before OUT is touched
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    clear_run_files(out, keep_as=earlier_part(out) if restore_dir else None)
+    same_run = restore_dir is not None and restore_dir.resolve() == checkpoints.resolve()  # resumed into its own OUT
+    clear_run_files(out, keep_as=earlier_part(out) if same_run else None)
     job_file = out / JOB_FILE  # every child derives its own config from it (star.child_configs)
     job_file.write_text(to_toml(job))
     credentials = job_credentials(config, out)

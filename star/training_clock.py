@@ -15,6 +15,7 @@ class TrainingClock:
     def __init__(self, startup_timeout_s: float, now: float):
         self.deadline = now + startup_timeout_s
         self._first: float | None = None  # the first reading >= 0 (a resumed job's standing clock)
+        self._repeats = 0  # later readings equal to it: the clock stands
         self.moved = False
 
     def read(self, since: float) -> None:
@@ -25,7 +26,12 @@ class TrainingClock:
             self._first = since
         elif since != self._first:
             self.moved = True
+        else:
+            self._repeats += 1
 
     def stalled_at_start(self, now: float) -> bool:
-        """The start-up timeout passed and no update was ever seen being made."""
-        return not self.moved and now > self.deadline
+        """The start-up timeout passed and no update was ever seen being made: no reading >= 0, or a clock read
+        standing still. One reading >= 0 alone is not enough to tell (a first update just made), so it waits."""
+        if self.moved or now <= self.deadline:
+            return False
+        return self._first is None or self._repeats > 0

@@ -24,8 +24,9 @@ from typing import Callable
 from star.checkpoint import clear_checkpoints
 from star.child_configs import job_as_run
 from star.cli_checks import check_out_free
-from star.config import JobConfig, to_toml
-from star.launch import _monitor, ps_command, start_coordinator, start_ps_daemons, start_workers
+from star.config import ConfigError, JobConfig, to_toml
+from star.launch import (_monitor, clear_run_files, earlier_part, ps_command, start_coordinator, start_ps_daemons,
+                         start_workers)
 from star.placement import Placement, host_state, place
 from star.processes import JOB_FILE, ProcessGroup
 from star.rendezvous import NodeIdentity, RendezvousError, Store, identify, route_address
@@ -61,6 +62,8 @@ def place_shards(config: JobConfig, total_numel: int, hosts: list[dict]) -> tupl
 
 def run_node(config: JobConfig, progress: Callable[[str], None] | None = None, environ=os.environ) -> dict | None:
     """Take part in the job as this node until it ends; node 0 returns result.json's content."""
+    if config.resume is not None:  # not built here: a node must never clear the checkpoints it was asked to continue
+        raise ConfigError("resume", config.resume, "star node does not resume a job (star launch does)")
     try:
         identity = identify(environ, config.node.rank, config.node.nodes, config.node.store)
     except RendezvousError as exc:
@@ -71,7 +74,12 @@ def run_node(config: JobConfig, progress: Callable[[str], None] | None = None, e
     advertise = config.node.advertise or route_address(identity.store_host, identity.store_port)
     rank = identity.rank
     out = Path(config.out) if rank == 0 else Path(config.out) / f"node{rank}"
-    check_out_free("out", str(out), config.resume, config.overwrite, config.faults.checkpoint_dir)
+    # A launcher's restart of a failed attempt (torchrun --max-restarts, a Slurm requeue) replaces the attempt's files,
+    # kept as OUT/partN; a first attempt must not replace an earlier job's without --overwrite.
+    restarted = int(environ.get("TORCHELASTIC_RESTART_COUNT") or environ.get("SLURM_RESTART_COUNT") or 0) > 0
+    if not restarted:
+        check_out_free("out", str(out), None, config.overwrite, config.faults.checkpoint_dir)
+    clear_run_files(out, keep_as=earlier_part(out) if restarted else None)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     say = progress or (lambda line: None)
     say(f"node {rank}/{identity.nodes} ({identity.launcher}): {advertise}, store {identity.store_host}:{identity.store_port}")

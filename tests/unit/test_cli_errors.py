@@ -263,3 +263,29 @@ def test_a_coordinator_without_parameter_servers_is_refused_in_one_line_before_w
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "ps_addresses" in err, err
     assert not out.exists()
+
+
+def test_a_refusal_points_resume_at_a_checkpoint_folder_outside_out(tmp_path):
+    """With faults.checkpoint_dir elsewhere, `--resume OUT` would not find the checkpoints: the hint names their folder."""
+    from star.cli_checks import check_out_free
+    from star.config import ConfigError
+
+    elsewhere = tmp_path / "ckpt"
+    (elsewhere / "ps0").mkdir(parents=True)
+    (elsewhere / "manifest.json").write_text("{}")
+    (elsewhere / "ps0" / "latest.json").write_text("{}")
+    with pytest.raises(ConfigError, match=f"--resume {elsewhere} continues it"):
+        check_out_free("out", str(tmp_path / "run"), resume=None, overwrite=False, checkpoint_dir=str(elsewhere))
+
+
+def test_star_node_refuses_resume_rather_than_clearing_the_checkpoints_it_names(tmp_path):
+    """star node does not implement --resume; it accepted it, then cleared its shards' checkpoints at start."""
+    from star.config import ConfigError, JobConfig
+    from star.node import run_node
+
+    (tmp_path / "checkpoints" / "ps0").mkdir(parents=True)
+    kept = tmp_path / "checkpoints" / "ps0" / "latest.json"
+    kept.write_text("{}")
+    with pytest.raises(ConfigError, match="resume"):
+        run_node(JobConfig(out=str(tmp_path), resume=str(tmp_path)), environ={})
+    assert kept.exists()
