@@ -28,6 +28,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -49,6 +50,9 @@ BACKWARD_TO_FORWARD = 2.0  # backward ~ 2 x forward: the fallback when the probe
 PROBE_STEPS = 3  # forward+backward steps timed under no_sync() for the replay's backward/forward ratio
 
 
+WAITING_SNAPSHOTS = 2  # grid versions kept while rank 0's evaluator is busy; a third is skipped
+
+
 class Evaluations:
     """Rank 0's evaluator, off the training thread, with the rule STAR's evaluator follows
     (`evaluation` in the job config): parameters are evaluated at each multiple of `every_updates`
@@ -62,7 +66,7 @@ class Evaluations:
         self.model = copy.deepcopy(model)
         self.curve = CurveWriter(out / "curve.csv")
         self.lock = threading.Lock()
-        self.snapshot: tuple[float, int, list[torch.Tensor]] | None = None
+        self.waiting: deque[tuple[float, int, list[torch.Tensor]]] = deque()  # snapshots the evaluator has yet to take
         self.next_version = 0  # the grid: the first version worth a snapshot
         self.tta_s: float | None = None
         self.updates_to_target: int | None = None  # the step whose evaluation reached the target
@@ -70,13 +74,18 @@ class Evaluations:
         self.thread = threading.Thread(target=self._run, name="evaluator", daemon=True)
 
     def offer(self, time_s: float, version: int, model: torch.nn.Module, final: bool = False) -> None:
-        """Called after a step: keep a copy of the parameters if the evaluator is free and wants this
-        version (`final`: the last step's, whatever its version)."""
+        """Called after a step: keep a copy of the parameters if the evaluator wants this version (`final`: the
+        last step's, whatever its version). A grid version waits while the evaluator is busy with the one before
+        (up to WAITING_SNAPSHOTS: before, it was skipped and the next step's taken, off the grid, as under load);
+        on the wall-clock period only a free evaluator takes one."""
         with self.lock:
             due = final or self.rule.every_updates == 0 or version >= self.next_version
-            if self.snapshot is not None or not due:
+            room = WAITING_SNAPSHOTS if self.rule.every_updates else 1
+            if not due or (len(self.waiting) >= room and not final):
                 return
-            self.snapshot = (time_s, version, [p.detach().clone() for p in model.parameters()])
+            if len(self.waiting) >= room:
+                self.waiting.pop()  # the last step's parameters replace the newest waiting snapshot
+            self.waiting.append((time_s, version, [p.detach().clone() for p in model.parameters()]))
             if self.rule.every_updates:
                 self.next_version = next_version(version, self.rule.every_updates)
 
@@ -84,7 +93,7 @@ class Evaluations:
         """Evaluate the waiting snapshot, if any: a curve point, and the TTA once the smoothed metric
         reaches the target. False when there was none."""
         with self.lock:
-            taken, self.snapshot = self.snapshot, None
+            taken = self.waiting.popleft() if self.waiting else None
         if taken is None:
             return False
         time_s, version, params = taken
@@ -115,11 +124,12 @@ class Evaluations:
         return self.curve.points
 
     def finish(self) -> None:
-        """Stop the thread, then evaluate the last step's snapshot if it is still waiting."""
+        """Stop the thread, then evaluate the snapshots still waiting (the last step's among them)."""
         self.stop.set()
         if self.thread.ident is not None:  # started
             self.thread.join()
-        self.evaluate_one()
+        while self.evaluate_one():
+            pass
         self.curve.close()
 
 

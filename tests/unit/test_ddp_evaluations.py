@@ -42,15 +42,30 @@ def test_the_ddp_evaluator_evaluates_the_versions_of_stars_grid(tmp_path, every_
     assert offered_versions(evaluations(tmp_path, [5.0] * 10, every_updates), 8) == versions
 
 
-def test_a_busy_ddp_evaluator_skips_versions_and_takes_the_next_one_due(tmp_path):
+def test_a_grid_version_waits_while_the_ddp_evaluator_is_busy_with_the_one_before(tmp_path):
+    """Under load (CI: two ranks and the evaluator on 2 cores) step 4 ended before the evaluator had taken
+    version 2, and was skipped: the curve read versions 1, 2, 5, off STAR's grid."""
     ev = evaluations(tmp_path, [5.0] * 10)
     model = torch.nn.Linear(2, 1)
-    ev.offer(1.0, 1, model)  # taken later: versions 2 and 3 find the evaluator busy
-    ev.offer(2.0, 2, model)
+    ev.offer(1.0, 1, model)
+    ev.evaluate_one()  # version 1 taken; the evaluator is busy with it while steps 2-4 end
+    for version in (2, 3, 4):
+        ev.offer(float(version), version, model)
+    while ev.evaluate_one():
+        pass
+    assert [p.version for p in ev.curve.points] == [1, 2, 4]
+
+
+def test_a_ddp_evaluator_far_behind_skips_a_third_grid_version_and_takes_the_next_one_due(tmp_path):
+    ev = evaluations(tmp_path, [5.0] * 10)
+    model = torch.nn.Linear(2, 1)
+    for version in (1, 2, 3, 4):  # 1 and 2 wait; 4 finds two waiting and is skipped
+        ev.offer(float(version), version, model)
     ev.evaluate_one()
-    ev.offer(3.0, 3, model)
     ev.evaluate_one()
-    assert [p.version for p in ev.curve.points] == [1, 3]
+    ev.offer(5.0, 5, model)
+    ev.evaluate_one()
+    assert [p.version for p in ev.curve.points] == [1, 2, 5]
 
 
 def test_the_ddp_target_needs_the_mean_of_the_last_three_evaluations_as_in_star(tmp_path):
