@@ -70,7 +70,7 @@ def check_out_dir(field_name: str, path: str) -> None:
         raise ConfigError(field_name, path, f"cannot be created: {exc.strerror or exc}") from None
 
 
-RUN_FILES = ("result.json", "events.jsonl", "curve.csv")  # what an earlier run leaves in OUT, beside its checkpoints
+EARLIER_RUN_MARKERS = ("result.json", "events.jsonl", "curve.csv")  # what an earlier run leaves in OUT, beside checkpoints
 
 
 def check_out_free(field_name: str, out: str, resume: str | None, overwrite: bool, checkpoint_dir: str | None = None) -> None:
@@ -83,7 +83,7 @@ def check_out_free(field_name: str, out: str, resume: str | None, overwrite: boo
         return
     out_path = Path(out)
     checkpoints = Path(checkpoint_dir) if checkpoint_dir else out_path / "checkpoints"
-    found = [name for name in RUN_FILES if (out_path / name).is_file() and (out_path / name).stat().st_size > 0]
+    found = [name for name in EARLIER_RUN_MARKERS if (out_path / name).is_file() and (out_path / name).stat().st_size > 0]
     saved = any(checkpoints.glob("ps*/latest.json"))
     if saved:
         found.append(f"shard checkpoints in {checkpoints}")
